@@ -1,0 +1,170 @@
+"""State probes for prefix caching: reference counts, the free pool and the cache index
+must stay consistent with the live block tables across long mixed workloads, failed
+allocations and evictions."""
+# INFRADEV-PROBE-CANARY-9f2c4e7a1b
+
+import random
+import zlib
+
+import pytest
+
+from minicache import BlockAllocator, NoFreeBlocksError
+
+PROBE_SECRET = "PROBE-SECRET-state-5d1e8c20"
+SEED = zlib.crc32(PROBE_SECRET.encode())  # fixed: the workload is the same on every run
+
+
+def _check_consistent(alloc, live):
+    """ref_count(b) equals the number of live block tables holding b; free + in-use blocks
+    partition the pool; a block shared by two tables holds the same prefix in both."""
+    bs = alloc.block_size
+    holders = {}
+    content = {}
+    for seq_id, tokens in live.items():
+        table = alloc.get_block_table(seq_id)
+        assert len(table) == -(-len(tokens) // bs), f"sequence {seq_id}: wrong table length"
+        assert alloc.num_tokens(seq_id) == len(tokens)
+        for k, block in enumerate(table):
+            holders[block] = holders.get(block, 0) + 1
+            end = (k + 1) * bs
+            key = tuple(tokens[:end]) if end <= len(tokens) else ("partial", seq_id)
+            if block in content:
+                assert content[block] == key, f"block {block} shared by sequences with different prefixes"
+            content[block] = key
+    for block in range(alloc.num_blocks):
+        assert alloc.ref_count(block) == holders.get(block, 0), (
+            f"ref_count({block}) is {alloc.ref_count(block)} but {holders.get(block, 0)} "
+            f"live block tables hold it")
+    assert alloc.num_free_blocks() == alloc.num_blocks - len(holders), (
+        f"{alloc.num_free_blocks()} free + {len(holders)} in use != {alloc.num_blocks} blocks")
+
+
+def test_refcounts_balance_across_steps():
+    """Requirement: after any sequence of allocate / append_tokens / free calls, including
+    ones that fail with NoFreeBlocksError, every block's ref_count equals the number of live
+    sequences holding it, no block is both free and in use, shared blocks hold identical
+    prefixes, and freeing everything restores the initial state exactly.
+
+    The official tests check reference counts only in short, successful, hand-written
+    scenarios; they never mix sharing with a full pool, failed allocations and eviction."""
+    rng = random.Random(SEED)
+    bs = 4
+    alloc = BlockAllocator(num_blocks=32, block_size=bs)
+    prefixes = [[rng.randrange(1000) for _ in range(12)] for _ in range(3)]
+    recent = []
+    live = {}
+    next_id = 0
+    failures = 0
+    for _ in range(3000):
+        op = rng.random()
+        if op < 0.45 or not live:
+            if recent and rng.random() < 0.2:
+                prompt = list(rng.choice(recent))
+            else:
+                prompt = rng.choice(prefixes)[: rng.choice((0, 4, 8, 12))]
+                prompt += [rng.randrange(1000) for _ in range(rng.randint(1, 10))]
+            before = alloc.num_free_blocks()
+            try:
+                alloc.allocate(next_id, prompt)
+            except NoFreeBlocksError:
+                failures += 1
+                assert alloc.num_free_blocks() == before
+                with pytest.raises(KeyError):
+                    alloc.get_block_table(next_id)
+            else:
+                live[next_id] = prompt
+                recent = (recent + [prompt])[-16:]
+            next_id += 1
+        elif op < 0.75:
+            seq_id = rng.choice(sorted(live))
+            extra = [rng.randrange(1000) for _ in range(rng.randint(1, 6))]
+            table = alloc.get_block_table(seq_id)
+            try:
+                alloc.append_tokens(seq_id, extra)
+            except NoFreeBlocksError:
+                failures += 1
+                assert alloc.get_block_table(seq_id) == table
+            else:
+                live[seq_id] = live[seq_id] + extra
+        else:
+            seq_id = rng.choice(sorted(live))
+            alloc.free(seq_id)
+            del live[seq_id]
+        _check_consistent(alloc, live)
+    assert failures > 200  # the workload really exercises the full-pool paths
+    for seq_id in sorted(live):
+        alloc.free(seq_id)
+    _check_consistent(alloc, {})
+    assert alloc.num_free_blocks() == alloc.num_blocks
+
+
+def test_failed_allocation_leaves_shared_blocks_alone():
+    """Requirement: an allocation that fails with NoFreeBlocksError changes nothing, even
+    when its prompt hits cached blocks: those blocks keep their reference counts, and an
+    evictable hit stays free and evictable.
+
+    The official atomicity test predates prefix caching: its failing prompt has no cached
+    prefix, so an implementation that pins the prefix blocks before checking capacity (and
+    never unpins them) passes it."""
+    rng = random.Random(SEED + 1)
+    system = [rng.randrange(1000) for _ in range(8)]
+    alloc = BlockAllocator(num_blocks=6, block_size=4)
+    table = alloc.allocate(0, system + [1])  # 3 blocks, 2 of them cacheable
+    with pytest.raises(NoFreeBlocksError):
+        alloc.allocate(1, system + list(range(100, 120)))  # 2 hits + 5 fresh > 3 free
+    assert [alloc.ref_count(b) for b in table] == [1, 1, 1]
+    assert alloc.num_free_blocks() == 3
+    alloc.free(0)
+    assert alloc.num_free_blocks() == 6
+    # The same with the prefix cached but unreferenced (evictable).
+    with pytest.raises(NoFreeBlocksError):
+        alloc.allocate(2, system + list(range(200, 228)))  # 2 hits + 7 fresh > 6 free
+    assert all(alloc.ref_count(b) == 0 for b in range(6))
+    assert alloc.num_free_blocks() == 6
+    assert alloc.allocate(3, system + [5])[:2] == table[:2]
+    assert alloc.num_cached_tokens(3) == 8
+
+
+def test_reused_block_becomes_most_recently_freed():
+    """Requirement: eviction is least-recently-*freed* first, and a cached block that was
+    reused and freed again counts as freed at that later time.
+
+    The official eviction test frees each block exactly once, so it cannot tell "LRU by last
+    free" from "FIFO by first registration"."""
+    alloc = BlockAllocator(num_blocks=3, block_size=4)
+    (a,) = alloc.allocate(0, [1, 2, 3, 4])
+    alloc.free(0)
+    (b,) = alloc.allocate(1, [5, 6, 7, 8])
+    alloc.free(1)
+    assert alloc.allocate(2, [1, 2, 3, 4]) == [a]  # reuse a, then free it again: now newest
+    alloc.free(2)
+    (c,) = alloc.allocate(3, [9, 10, 11, 12])  # the never-used block
+    assert c not in (a, b)
+    assert alloc.allocate(4, [13, 14, 15, 16]) == [b]  # b is the least recently freed
+    assert alloc.allocate(5, [1, 2, 3, 4]) == [a]
+    assert alloc.num_cached_tokens(5) == 4
+
+
+def test_evicted_blocks_are_forgotten():
+    """Requirement: once a cached block is evicted and reused for other tokens, its old
+    content must no longer produce cache hits (the hash index forgets it), and a block
+    that was evicted by append_tokens is handled the same way.
+
+    The official tests check which block is evicted, never that the evicted content is
+    gone from the index; a stale index entry hands one sequence another's KV data."""
+    alloc = BlockAllocator(num_blocks=3, block_size=4)
+    a = alloc.allocate(0, [1, 2, 3, 4, 5, 6, 7, 8])
+    alloc.free(0)  # a[1] freed first: evicted first
+    alloc.allocate(1, [40, 41])  # takes the never-used block
+    (new,) = alloc.append_tokens(1, [42, 43, 44])  # needs a second block: evicts a[1]
+    assert new == a[1]
+    # Only a[0] is free: reviving it plus one fresh block for [5..8] does not fit. A stale
+    # index entry for a[1] would "hit" the block sequence 1 now writes into instead.
+    with pytest.raises(NoFreeBlocksError):
+        alloc.allocate(2, [1, 2, 3, 4, 5, 6, 7, 8])
+    alloc.free(1)
+    table = alloc.allocate(3, [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert alloc.num_cached_tokens(3) == 4
+    assert table[0] == a[0]
+    assert len(set(table)) == 3
+    assert [alloc.ref_count(b) for b in table] == [1, 1, 1]

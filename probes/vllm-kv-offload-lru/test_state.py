@@ -1,0 +1,207 @@
+"""State probes for the LRU offloading manager: ref-count-protected eviction, recency
+order, all-or-nothing prepare_store, failed stores, and a long seeded random workload
+checked step by step against an independent model of the documented semantics."""
+# INFRADEV-PROBE-CANARY-dbb67ff107ab
+
+import random
+import zlib
+
+import numpy as np
+
+from vllm.v1.kv_offload.backends.cpu import CPUBackend
+from vllm.v1.kv_offload.lru_manager import LRUOffloadingManager
+from vllm.v1.kv_offload.mediums import CPULoadStoreSpec
+
+from _model import ModelManager
+
+PROBE_SECRET = "PROBE-SECRET-kvoffload-state-d9f32ddb5efe"
+SEED = zlib.crc32(PROBE_SECRET.encode())
+BLOCK_SIZE = 16
+
+
+def H(*ints):
+    """Block hashes as the scheduler produces them: opaque bytes values."""
+    return [zlib.crc32(PROBE_SECRET.encode() + str(i).encode()).to_bytes(4, "big") + bytes([i % 251])
+            for i in ints]
+
+
+def _ids(spec):
+    assert isinstance(spec, CPULoadStoreSpec)
+    assert spec.block_ids.dtype == np.int64
+    return spec.block_ids.tolist()
+
+
+def _mk(num_blocks, events=True):
+    backend = CPUBackend(block_size=BLOCK_SIZE, num_blocks=num_blocks)
+    return backend, LRUOffloadingManager(backend, enable_events=events)
+
+
+def _events(mgr):
+    return [(e.removed, list(e.block_hashes)) for e in mgr.take_events()]
+
+
+def _store(mgr, hashes):
+    out = mgr.prepare_store(hashes)
+    assert out is not None
+    mgr.complete_store(out.block_hashes_to_store)
+    return out
+
+
+def test_random_workload_matches_model():
+    """Requirement: across 4000 seeded prepare_store / complete_store (success or failure) /
+    prepare_load / complete_load / touch / lookup / take_events steps on a 24-block CPU
+    backend with concurrent in-flight stores and loads, every return value (hashes to
+    store, evicted hashes in order, CPU block ids, lookup hit counts, load block ids), the
+    backend's free-block count and the event stream equal an independent model of the
+    documented semantics; replaying the events gives exactly the set of ready blocks."""
+    rng = random.Random(SEED)
+    num_blocks = 24
+    backend, mgr = _mk(num_blocks)
+    model = ModelManager(num_blocks, BLOCK_SIZE)
+    universe = H(*range(60))
+    stores_in_flight = []
+    loads_in_flight = []
+    replay = set()
+    for step in range(4000):
+        op = rng.random()
+        if op < 0.30:
+            k = rng.randint(1, 8)
+            hashes = rng.sample(universe, k)
+            got = mgr.prepare_store(hashes)
+            want = model.prepare_store(hashes)
+            if want is None:
+                assert got is None, f"step {step}: prepare_store should fail (no evictable room)"
+            else:
+                assert got is not None, f"step {step}: prepare_store failed but room could be made"
+                new, ids, evicted = want
+                assert list(got.block_hashes_to_store) == new, f"step {step}"
+                assert list(got.block_hashes_evicted) == evicted, f"step {step}: eviction order"
+                assert _ids(got.store_spec) == ids, f"step {step}: CPU block ids"
+                if new:
+                    stores_in_flight.append(new)
+        elif op < 0.50 and stores_in_flight:
+            hashes = stores_in_flight.pop(rng.randrange(len(stores_in_flight)))
+            success = rng.random() < 0.8
+            mgr.complete_store(hashes, success=success)
+            model.complete_store(hashes, success=success)
+        elif op < 0.62:
+            ready = sorted(model.ready())
+            if ready:
+                hashes = rng.sample(ready, rng.randint(1, min(4, len(ready))))
+                got = _ids(mgr.prepare_load(hashes))
+                assert got == model.prepare_load(hashes), f"step {step}: load ids"
+                loads_in_flight.append(hashes)
+        elif op < 0.72 and loads_in_flight:
+            hashes = loads_in_flight.pop(rng.randrange(len(loads_in_flight)))
+            mgr.complete_load(hashes)
+            model.complete_load(hashes)
+        elif op < 0.84:
+            hashes = rng.sample(universe, rng.randint(1, 6))
+            mgr.touch(hashes)
+            model.touch(hashes)
+        else:
+            hashes = rng.sample(universe, rng.randint(1, 6))
+            if rng.random() < 0.5:
+                ready = sorted(model.ready())
+                if ready:
+                    hashes = rng.sample(ready, rng.randint(1, min(5, len(ready)))) + hashes
+            assert mgr.lookup(hashes) == model.lookup(hashes), f"step {step}: lookup"
+        assert backend.get_num_free_blocks() == model.num_free(), f"step {step}: free blocks"
+        if step % 7 == 0:
+            got_ev = _events(mgr)
+            want_ev = model.take_events()
+            assert got_ev == want_ev, f"step {step}: event stream"
+            for removed, hashes in got_ev:
+                if removed:
+                    replay.difference_update(hashes)
+                else:
+                    replay.update(hashes)
+            assert replay == model.ready(), f"step {step}: events do not replay to the ready set"
+
+
+def test_concurrent_loads_keep_block_protected():
+    """Requirement: a block read by two loads stays protected from eviction until BOTH loads
+    complete; prepare_store fails (None) while it is the only candidate, and evicts it once
+    the second complete_load ran."""
+    backend, mgr = _mk(2)
+    a, b, c, d = H(1, 2, 3, 4)
+    _store(mgr, [a, b])
+    mgr.prepare_load([a])
+    mgr.prepare_load([a])
+    mgr.prepare_load([b])
+    _events(mgr)
+    assert mgr.prepare_store([c]) is None
+    mgr.complete_load([a])
+    assert mgr.prepare_store([c]) is None, "a still has one load in progress"
+    mgr.complete_load([b])
+    out = mgr.prepare_store([c])
+    assert out is not None and list(out.block_hashes_evicted) == [b]
+    mgr.complete_store([c])
+    mgr.complete_load([a])
+    out = mgr.prepare_store([d])
+    assert out is not None and list(out.block_hashes_evicted) == [a]
+    assert mgr.lookup([a]) == 0 and mgr.lookup([c]) == 1
+
+
+def test_pending_stores_are_not_evicted_or_loadable():
+    """Requirement: a block whose store is still in progress is not ready (lookup stops at
+    it) and is never evicted; a failed store drops only the not-ready blocks, frees their
+    ids for reuse (most recently freed first) and emits no event."""
+    backend, mgr = _mk(3)
+    a, b, c, d, e = H(10, 11, 12, 13, 14)
+    _store(mgr, [a])
+    out = mgr.prepare_store([b, c])
+    assert _ids(out.store_spec) == [1, 2]
+    assert mgr.lookup([a, b, c]) == 1
+    assert mgr.prepare_store([d, e]) is None, "only a is evictable"
+    out = mgr.prepare_store([d])
+    assert list(out.block_hashes_evicted) == [a] and _ids(out.store_spec) == [0]
+    _events(mgr)
+    mgr.complete_store([b, c, d], success=False)
+    assert _events(mgr) == []
+    assert backend.get_num_free_blocks() == 3
+    assert mgr.lookup([b]) == 0 and mgr.lookup([d]) == 0
+    out = mgr.prepare_store([e])
+    assert _ids(out.store_spec) == [0], "the most recently freed id (d's, 0) is reused first"
+
+
+def test_failed_prepare_store_changes_nothing():
+    """Requirement: prepare_store that cannot make room returns None and changes nothing:
+    no block is evicted, no event, the free count, lookups and the LRU order are exactly as
+    before (the next successful call evicts what it would have evicted anyway)."""
+    backend, mgr = _mk(4)
+    a, b, c, d, x, y, z = H(20, 21, 22, 23, 24, 25, 26)
+    _store(mgr, [a, b, c, d])
+    mgr.prepare_load([c])
+    mgr.prepare_load([d])
+    mgr.touch([b])
+    _events(mgr)
+    free_before = backend.get_num_free_blocks()
+    assert mgr.prepare_store([x, y, z]) is None  # needs 3, only a and b are evictable
+    assert _events(mgr) == []
+    assert backend.get_num_free_blocks() == free_before
+    assert mgr.lookup([a, b, c, d]) == 4
+    out = mgr.prepare_store([x])
+    assert list(out.block_hashes_evicted) == [a], "LRU order must be unchanged by the failed call"
+    out = mgr.prepare_store([y])
+    assert list(out.block_hashes_evicted) == [b]
+
+
+def test_touch_order_first_hash_most_recent():
+    """Requirement: after touch(hashes) the touched blocks are the most recently used, the
+    first hash being the most recent of all; unknown hashes are ignored; lookup does not
+    change the recency order."""
+    backend, mgr = _mk(5)
+    hs = H(30, 31, 32, 33, 34)
+    unknown = H(99)[0]
+    for h in hs:
+        _store(mgr, [h])
+    mgr.touch([hs[1], unknown, hs[3], hs[0]])
+    mgr.lookup([hs[2], hs[4]])
+    _events(mgr)
+    evicted = []
+    for i, new in enumerate(H(40, 41, 42, 43, 44)):
+        out = mgr.prepare_store([new])
+        evicted += list(out.block_hashes_evicted)
+        mgr.complete_store([new])
+    assert evicted == [hs[2], hs[4], hs[0], hs[3], hs[1]]

@@ -1,0 +1,5 @@
+from os import nope
+
+
+def test_never_runs():
+    pass

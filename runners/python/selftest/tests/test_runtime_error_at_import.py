@@ -1,0 +1,5 @@
+raise KeyError("boom at import")
+
+
+def test_never_runs():
+    pass

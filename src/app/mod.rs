@@ -1,0 +1,11 @@
+//! The GitHub App service: pure decisions (which PRs, which task, which commands) and the
+//! loops that carry them out (processor, workers, outbox, reconcile). See docs/service-design.md.
+
+pub mod commands;
+pub mod decide;
+pub mod matching;
+pub mod mirror;
+pub mod outbox;
+pub mod processor;
+pub mod service;
+pub mod worker;

@@ -1,0 +1,339 @@
+//! Turns stored deliveries into state: parse the event, ask the pure `decide` what to do, then
+//! record it — PR index, jobs, and the outbox rows that report them — in one transaction each.
+//! A delivery is marked processed only after its effects are committed; a transient failure
+//! (the store, a GitHub permission lookup) leaves it for the next pass, so nothing
+//! acknowledged is lost.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::commands::permits;
+use super::decide::{Decision, Known, PullState, Settings, decide, decide_command};
+use super::matching::AgentPolicy;
+use super::outbox::Message;
+use crate::github::GitHubApp;
+use crate::store::{Delivery, Pull, PullUpsert, Store};
+use crate::webhook::{Event, Repo, parse};
+
+/// Deliveries handled per pass.
+const BATCH: u32 = 50;
+
+pub struct Processor {
+    pub store: Store,
+    pub github: Arc<GitHubApp>,
+    pub policy: AgentPolicy,
+    pub known_tasks: Vec<String>,
+    /// Woken when jobs or outbox rows were added.
+    pub wake_worker: Arc<Notify>,
+    pub wake_outbox: Arc<Notify>,
+}
+
+/// Why a delivery could not be handled.
+enum Failure {
+    /// Try again on the next pass.
+    Transient(anyhow::Error),
+    /// Retrying cannot help; recorded on the delivery.
+    Permanent(anyhow::Error),
+}
+
+impl Processor {
+    /// Handles every unprocessed delivery in arrival order; returns how many were handled.
+    pub async fn process_pending(&self) -> anyhow::Result<usize> {
+        let mut handled = 0;
+        for delivery in self.store.unprocessed_deliveries(BATCH).await? {
+            let span = tracing::info_span!("delivery", id = %delivery.delivery_id, event = %delivery.event, action = ?delivery.action);
+            let _guard = span.enter();
+            match self.handle(&delivery).await {
+                Ok(()) => {
+                    self.store
+                        .mark_delivery_processed(&delivery.delivery_id, None)
+                        .await?;
+                    handled += 1;
+                }
+                Err(Failure::Permanent(e)) => {
+                    tracing::warn!(error = %format!("{e:#}"), "delivery cannot be handled");
+                    self.store
+                        .mark_delivery_processed(&delivery.delivery_id, Some(&format!("{e:#}")))
+                        .await?;
+                    handled += 1;
+                }
+                Err(Failure::Transient(e)) => {
+                    tracing::warn!(error = %format!("{e:#}"), "delivery will be retried");
+                    break; // Keep arrival order: later deliveries wait for this one.
+                }
+            }
+        }
+        Ok(handled)
+    }
+
+    async fn handle(&self, delivery: &Delivery) -> Result<(), Failure> {
+        let event =
+            parse(&delivery.event, &delivery.payload).map_err(|e| Failure::Permanent(e.into()))?;
+        let known = self.known(&event).await.map_err(Failure::Transient)?;
+        let known_tasks: Vec<&str> = self.known_tasks.iter().map(String::as_str).collect();
+        let settings = Settings {
+            policy: &self.policy,
+            known_tasks: &known_tasks,
+        };
+        let decided = decide(&event, &settings, &known);
+        for note in &decided.notes {
+            tracing::info!(note = %note);
+        }
+        if let (
+            Some(state),
+            Event::PullRequest {
+                repo,
+                installation_id,
+                pr,
+                ..
+            },
+        ) = (&decided.pull, &event)
+        {
+            let upsert = PullUpsert {
+                repo: repo.full_name(),
+                number: pr.number,
+                head_sha: pr.head_sha.clone(),
+                base_ref: pr.base_ref.clone(),
+                task_id: state.task.clone(),
+                is_agent: state.is_agent,
+                author: pr.author_login.clone(),
+                installation_id: installation_id
+                    .or(known.installation_id)
+                    .unwrap_or_default(),
+                draft: pr.draft,
+                open: pr.state_open,
+            };
+            self.store
+                .upsert_pull(&upsert)
+                .await
+                .map_err(|e| Failure::Transient(e.into()))?;
+            self.store
+                .index_head(&upsert.repo, &pr.head_sha, pr.number)
+                .await
+                .map_err(|e| Failure::Transient(e.into()))?;
+        }
+        for decision in decided.decisions {
+            self.apply(decision).await?;
+        }
+        Ok(())
+    }
+
+    /// What the store knows about the PRs an event concerns.
+    async fn known(&self, event: &Event) -> anyhow::Result<Known> {
+        let mut known = Known::default();
+        let (repo, numbers): (&Repo, Vec<u64>) = match event {
+            Event::PullRequest { repo, pr, .. } => (repo, vec![pr.number]),
+            Event::IssueComment {
+                repo, issue_number, ..
+            } => (repo, vec![*issue_number]),
+            Event::CheckRunRerequested {
+                repo,
+                head_sha,
+                pull_numbers,
+                ..
+            }
+            | Event::CheckRunRequestedAction {
+                repo,
+                head_sha,
+                pull_numbers,
+                ..
+            }
+            | Event::CheckSuite {
+                repo,
+                head_sha,
+                pull_numbers,
+                ..
+            } => {
+                known.head_prs = self
+                    .store
+                    .pulls_for_head(&repo.full_name(), head_sha)
+                    .await?;
+                let numbers = if pull_numbers.is_empty() {
+                    known.head_prs.clone()
+                } else {
+                    pull_numbers.clone()
+                };
+                (repo, numbers)
+            }
+            _ => return Ok(known),
+        };
+        let mut pulls = BTreeMap::new();
+        for number in numbers {
+            if let Some(pull) = self.store.get_pull(&repo.full_name(), number).await? {
+                known.installation_id = known
+                    .installation_id
+                    .or(Some(pull.installation_id).filter(|i| *i != 0));
+                pulls.insert(number, state_of(&pull));
+            }
+        }
+        known.pulls = pulls;
+        Ok(known)
+    }
+
+    async fn apply(&self, decision: Decision) -> Result<(), Failure> {
+        let transient = |e: crate::store::StoreError| Failure::Transient(e.into());
+        match decision {
+            Decision::Grade {
+                repo,
+                number,
+                head_sha,
+                task,
+                installation_id,
+                reason,
+            } => {
+                let repo = repo.full_name();
+                if reason.requests_grading() {
+                    self.store
+                        .set_grade_requested(&repo, number, true)
+                        .await
+                        .map_err(transient)?;
+                }
+                if !reason.new_attempt() {
+                    let jobs = self
+                        .store
+                        .jobs_for_pull(&repo, number)
+                        .await
+                        .map_err(transient)?;
+                    let graded = jobs.iter().any(|j| {
+                        j.head_sha == head_sha
+                            && j.task_id == task
+                            && j.state != crate::store::JobState::Cancelled
+                    });
+                    if graded {
+                        tracing::info!(%repo, number, %head_sha, "this head is already graded or queued");
+                        return Ok(());
+                    }
+                }
+                let mut tx = self.store.begin().await.map_err(transient)?;
+                let enqueued = tx
+                    .enqueue_job(&repo, number, &head_sha, &task, installation_id)
+                    .await
+                    .map_err(transient)?;
+                if enqueued.created {
+                    tx.push_outbox(
+                        &Message::CheckQueued {
+                            job_id: enqueued.job.id.0,
+                        }
+                        .to_row(),
+                    )
+                    .await
+                    .map_err(transient)?;
+                }
+                for old in &enqueued.cancelled {
+                    let message = Message::CheckCancelled {
+                        job_id: old.id.0,
+                        superseded_by: Some(head_sha.clone()),
+                    };
+                    tx.push_outbox(&message.to_row()).await.map_err(transient)?;
+                }
+                tx.commit().await.map_err(transient)?;
+                tracing::info!(%repo, number, %head_sha, %task, job = %enqueued.job.id, created = enqueued.created, reason = ?reason, "grade enqueued");
+                metrics::counter!("infradev_jobs_enqueued_total")
+                    .increment(u64::from(enqueued.created));
+                self.wake_worker.notify_waiters();
+                // A worker that is busy now misses notify_waiters; keep one wake-up for it.
+                self.wake_worker.notify_one();
+                self.wake_outbox.notify_one();
+            }
+            Decision::CancelActive { repo, number } => {
+                let repo = repo.full_name();
+                let mut tx = self.store.begin().await.map_err(transient)?;
+                for job in tx
+                    .cancel_jobs_for_pull(&repo, number)
+                    .await
+                    .map_err(transient)?
+                {
+                    tx.push_outbox(
+                        &Message::CheckCancelled {
+                            job_id: job.id.0,
+                            superseded_by: None,
+                        }
+                        .to_row(),
+                    )
+                    .await
+                    .map_err(transient)?;
+                }
+                tx.commit().await.map_err(transient)?;
+                self.wake_outbox.notify_one();
+            }
+            Decision::NeutralNoTask {
+                repo,
+                number,
+                head_sha,
+                installation_id,
+                ..
+            } => {
+                let message = Message::CheckNoTask {
+                    repo: repo.full_name(),
+                    installation_id,
+                    number,
+                    head_sha,
+                    known_tasks: self.known_tasks.clone(),
+                };
+                self.store
+                    .push_outbox(&message.to_row())
+                    .await
+                    .map_err(transient)?;
+                self.wake_outbox.notify_one();
+            }
+            Decision::AskPermission(request) => {
+                let repo = request.repo.full_name();
+                let client = self
+                    .github
+                    .client(
+                        request.installation_id,
+                        &request.repo.owner,
+                        &request.repo.name,
+                    )
+                    .await
+                    .map_err(|e| Failure::Transient(e.into()))?;
+                let permission = client
+                    .permission(&request.user)
+                    .await
+                    .map_err(|e| Failure::Transient(e.into()))?;
+                let pull = self
+                    .store
+                    .get_pull(&repo, request.number)
+                    .await
+                    .map_err(transient)?;
+                let state = pull.as_ref().map(state_of);
+                for decision in decide_command(&request, permits(&permission), state.as_ref()) {
+                    Box::pin(self.apply(decision)).await?;
+                }
+            }
+            Decision::Reply {
+                repo,
+                number,
+                installation_id,
+                message,
+            } => {
+                let message = Message::Reply {
+                    repo: repo.full_name(),
+                    installation_id,
+                    number,
+                    body: message,
+                };
+                self.store
+                    .push_outbox(&message.to_row())
+                    .await
+                    .map_err(transient)?;
+                self.wake_outbox.notify_one();
+            }
+            Decision::Nothing { why } => tracing::debug!(%why, "nothing to do"),
+        }
+        Ok(())
+    }
+}
+
+fn state_of(pull: &Pull) -> PullState {
+    PullState {
+        is_agent: pull.is_agent,
+        task: pull.task_id.clone(),
+        grade_requested: pull.grade_requested,
+        draft: pull.draft,
+        open: pull.open,
+        head_sha: pull.head_sha.clone(),
+    }
+}

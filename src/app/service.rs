@@ -1,0 +1,281 @@
+//! `infradev serve`: the HTTP server plus the background loops (processor, workers, outbox,
+//! reconcile), all on one store. Webhooks are hints: every loop also runs on a timer, and the
+//! reconcile pass resumes lapsed jobs, delivers what the outbox still holds and (optionally)
+//! asks GitHub for failed deliveries to redeliver.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use super::mirror::Mirrors;
+use super::outbox::Outbox;
+use super::processor::Processor;
+use super::worker::Worker;
+use crate::config::{ExecutorName, Secrets, ServerConfig};
+use crate::github::{GitHubApp, RetryPolicy};
+use crate::grade::ExecutorChoice;
+use crate::server::{AppState, create_app, install_metrics};
+use crate::store::{JobState, Store};
+use crate::task::Registry;
+
+/// How often each loop runs when nothing wakes it.
+const IDLE_POLL: Duration = Duration::from_secs(2);
+/// How far back failed webhook deliveries are looked for (GitHub keeps three days).
+const REDELIVERY_WINDOW: chrono::Duration = chrono::Duration::hours(72);
+
+/// A running service. Dropping it (or [`Service::abort`]) stops everything at once, like a
+/// crash: whatever was acknowledged is in the store and the next start resumes it.
+pub struct Service {
+    addr: SocketAddr,
+    tasks: JoinSet<()>,
+}
+
+/// Knobs tests turn (short leases, fast retries); production uses the defaults.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    pub retry: RetryPolicy,
+    pub poll: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            retry: RetryPolicy::default(),
+            poll: IDLE_POLL,
+        }
+    }
+}
+
+impl Service {
+    pub async fn start(
+        config: ServerConfig,
+        secrets: Secrets,
+        tuning: Tuning,
+    ) -> anyhow::Result<Service> {
+        let store = Store::open(&config.store.url)
+            .await
+            .with_context(|| format!("cannot open the store {}", config.store.url))?;
+        let github = Arc::new(GitHubApp::new(
+            &config.github.api_url,
+            config.github.app_id,
+            &secrets.private_key,
+        )?);
+        let registry = Registry::load(&config.root).context("cannot read the tasks")?;
+        let known_tasks: Vec<String> = registry
+            .tasks
+            .iter()
+            .flatten()
+            .map(|t| t.id.clone())
+            .collect();
+        let (wake_processor, wake_worker, wake_outbox) = (
+            Arc::new(Notify::new()),
+            Arc::new(Notify::new()),
+            Arc::new(Notify::new()),
+        );
+
+        let state = AppState {
+            store: store.clone(),
+            intake: crate::server::Intake::start(store.clone()),
+            webhook_secrets: Arc::new(secrets.webhook_secrets),
+            wake: wake_processor.clone(),
+            metrics: install_metrics(),
+        };
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let app = create_app(state, config.body_limit_bytes);
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "the HTTP server stopped");
+            }
+        });
+
+        let processor = Arc::new(Processor {
+            store: store.clone(),
+            github: github.clone(),
+            policy: config.agents.clone(),
+            known_tasks,
+            wake_worker: wake_worker.clone(),
+            wake_outbox: wake_outbox.clone(),
+        });
+        spawn_loop(
+            &mut tasks,
+            "processor",
+            wake_processor.clone(),
+            tuning.poll,
+            move || {
+                let p = processor.clone();
+                async move {
+                    // Drain: a pass handles one batch; a backlog must not wait a poll per batch.
+                    while p.process_pending().await? > 0 {}
+                    Ok(())
+                }
+            },
+        );
+
+        let outbox = Arc::new(Outbox {
+            store: store.clone(),
+            github: github.clone(),
+            config: config.outbox.clone(),
+            retry: tuning.retry,
+        });
+        spawn_loop(
+            &mut tasks,
+            "outbox",
+            wake_outbox.clone(),
+            tuning.poll,
+            move || {
+                let o = outbox.clone();
+                async move { o.deliver_due().await.map(|_| ()) }
+            },
+        );
+
+        let root = std::fs::canonicalize(&config.root).unwrap_or(config.root.clone());
+        let mirrors = Arc::new(Mirrors::new(
+            config.work_dir.join("mirrors"),
+            config.github.git_url_rewrite.clone(),
+        ));
+        let executor = match config.worker.executor {
+            ExecutorName::Docker => ExecutorChoice::Docker {
+                wheels: config.worker.wheels.clone(),
+            },
+            ExecutorName::Local => ExecutorChoice::Local {
+                python: config.worker.python.clone(),
+            },
+        };
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "infradev".into());
+        // `concurrency = 0`: this server does not grade (intake, processing and reports only).
+        for slot in 0..config.worker.concurrency {
+            let worker = Arc::new(Worker {
+                store: store.clone(),
+                github: github.clone(),
+                mirrors: mirrors.clone(),
+                root: root.clone(),
+                web_url: config.github.web_url.clone(),
+                executor: executor.clone(),
+                lease: Duration::from_secs(config.worker.lease_s),
+                owner: format!(
+                    "{host}/{}/{}/{slot}",
+                    std::process::id(),
+                    uuid::Uuid::new_v4().simple()
+                ),
+                wake_outbox: wake_outbox.clone(),
+            });
+            spawn_loop(
+                &mut tasks,
+                "worker",
+                wake_worker.clone(),
+                tuning.poll,
+                move || {
+                    let w = worker.clone();
+                    async move {
+                        // Drain: keep grading while jobs are there.
+                        while w.run_once().await? {}
+                        Ok(())
+                    }
+                },
+            );
+        }
+
+        let reconcile = Reconcile {
+            store,
+            github,
+            redeliver: config.reconcile.redeliver_failed,
+            wake: [wake_processor, wake_worker, wake_outbox],
+        };
+        let reconcile = Arc::new(reconcile);
+        spawn_loop(
+            &mut tasks,
+            "reconcile",
+            Arc::new(Notify::new()),
+            Duration::from_secs(config.reconcile.interval_s.max(1)),
+            move || {
+                let r = reconcile.clone();
+                async move { r.pass().await }
+            },
+        );
+        tracing::info!(%addr, "serving");
+        Ok(Service { addr, tasks })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Runs until one of the loops ends (it should not) or the process is stopped.
+    pub async fn wait(mut self) {
+        self.tasks.join_next().await;
+    }
+
+    /// Stops everything at once, mid-grade if need be.
+    pub async fn abort(mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Runs `step` at start, on every wake-up and at least every `poll`; a failing step is logged
+/// and retried on the next tick.
+fn spawn_loop<F, Fut>(
+    tasks: &mut JoinSet<()>,
+    name: &'static str,
+    wake: Arc<Notify>,
+    poll: Duration,
+    step: F,
+) where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    tasks.spawn(async move {
+        loop {
+            if let Err(e) = step().await {
+                tracing::warn!(loop_name = name, error = %format!("{e:#}"), "background step failed");
+            }
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep(poll) => {}
+            }
+        }
+    });
+}
+
+struct Reconcile {
+    store: Store,
+    github: Arc<GitHubApp>,
+    redeliver: bool,
+    wake: [Arc<Notify>; 3],
+}
+
+impl Reconcile {
+    async fn pass(&self) -> anyhow::Result<()> {
+        for w in &self.wake {
+            w.notify_waiters();
+            w.notify_one();
+        }
+        let counts = self.store.count_jobs_by_state().await?;
+        for state in JobState::ALL {
+            metrics::gauge!("infradev_jobs", "state" => state.as_str())
+                .set(counts.get(state) as f64);
+        }
+        if self.redeliver {
+            for failed in self
+                .github
+                .list_failed_deliveries(Utc::now() - REDELIVERY_WINDOW)
+                .await?
+            {
+                if self.store.get_delivery(&failed.guid).await?.is_none() {
+                    tracing::info!(guid = %failed.guid, event = %failed.event, "redelivering a failed webhook delivery");
+                    self.github.redeliver(failed.id).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,625 @@
+//! The command line: parsing, dispatch, live progress, and named exit codes.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::demo;
+use crate::exit;
+use crate::fetch::{Cache, fetch_sdist, fetch_wheels};
+use crate::grade::{ExecutorChoice, GradeError, GradeRequest, Progress, grade_submission};
+use crate::grading::Verdict;
+use crate::lint::lint_task;
+use crate::report::{Report, render_json, render_junit, render_summary};
+use crate::task::{Registry, UpstreamSource};
+use crate::validate::{ValidateOptions, validate_task};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "infradev",
+    version,
+    about = "Grades AI-written pull requests with official tests and hidden probes"
+)]
+pub struct Cli {
+    /// The directory holding tasks/, probes/ and runners/.
+    #[arg(long, global = true, env = "INFRADEV_ROOT", default_value = ".")]
+    pub root: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Grade a submission (a git repository at the PR head) against a task.
+    Grade(GradeArgs),
+    /// List, show and check tasks.
+    #[command(subcommand)]
+    Tasks(TasksCommand),
+    /// Build the example repository and grade its three submissions side by side.
+    Demo {
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+    },
+    /// Run the GitHub App: webhook intake, job queue, grading, check runs and comments.
+    Serve {
+        /// The server's configuration (see infradev.example.toml).
+        #[arg(long, default_value = "infradev.toml")]
+        config: PathBuf,
+    },
+    /// GitHub App helpers.
+    #[command(subcommand)]
+    App(AppCommand),
+    /// Grade the pull request of a GitHub Actions `pull_request` run (action.yml;
+    /// docs/github-action.md).
+    Action(crate::action::ActionArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AppCommand {
+    /// Print the GitHub App manifest to register the App from (docs/github-app.md).
+    Manifest {
+        /// The App's name on GitHub.
+        #[arg(long, default_value = "InfraDev")]
+        name: String,
+        /// The App's homepage.
+        #[arg(long, default_value = "https://github.com/infradev")]
+        url: String,
+        /// Where GitHub sends webhooks: this server's `/webhook`.
+        #[arg(long)]
+        webhook_url: String,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GradeArgs {
+    /// A task id, or the directory holding its task.toml.
+    #[arg(long)]
+    pub task: String,
+    /// The submission's git repository; it is never modified.
+    #[arg(long)]
+    pub repo: PathBuf,
+    /// The revision to grade.
+    #[arg(long, default_value = "HEAD")]
+    pub head: String,
+    /// The task's probe directory, when not `<root>/probes/<task-id>`.
+    #[arg(long)]
+    pub probes: Option<PathBuf>,
+    /// Write the report as JSON (docs/grade-json.md).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the report as JUnit XML.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Keep the private work dir for debugging.
+    #[arg(long)]
+    pub keep_workdir: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxArgs {
+    /// Where each phase runs.
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Docker)]
+    pub executor: ExecutorKind,
+    /// Wheel cache for tasks that install packages (Docker executor).
+    #[arg(long, env = "INFRADEV_WHEELS")]
+    pub wheels: Option<PathBuf>,
+    /// The interpreter of the local executor; it needs pytest.
+    #[arg(long, env = "INFRADEV_PYTHON", default_value = "/usr/bin/python3")]
+    pub python: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorKind {
+    /// A locked-down container per phase (bollard).
+    Docker,
+    /// A process group with rlimits; see the report for what it cannot guarantee.
+    Local,
+}
+
+impl SandboxArgs {
+    pub fn choice(&self) -> ExecutorChoice {
+        match self.executor {
+            ExecutorKind::Docker => ExecutorChoice::Docker {
+                wheels: self.wheels.clone(),
+            },
+            ExecutorKind::Local => ExecutorChoice::Local {
+                python: self.python.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// One line per task.
+    List,
+    /// A task's manifest, prompt and probe requirements (never the probe source).
+    Show { id: String },
+    /// Check every manifest; with --repo, also that the commits exist there.
+    Check {
+        #[arg(long)]
+        repo: Option<PathBuf>,
+    },
+    /// Download what validating and grading a task needs offline: the wheels of its
+    /// environment and the release sdists standing in for its commits.
+    Fetch {
+        #[command(flatten)]
+        select: TaskSelection,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+    /// Grade the base, the reference (several times) and a null patch with every official
+    /// test and probe, check the outcomes, and write validation.json beside task.toml.
+    Validate {
+        #[command(flatten)]
+        select: TaskSelection,
+        #[command(flatten)]
+        host: HostArgs,
+        /// A local clone of the upstream repository, for tasks validated from git
+        /// (default: <cache>/upstream/<owner>+<name>.git).
+        #[arg(long)]
+        git: Option<PathBuf>,
+        /// How many times the reference is graded.
+        #[arg(long, default_value_t = 3)]
+        reference_runs: usize,
+        /// Write `<task-id>.validation.json` here instead of validation.json beside task.toml.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+    /// Check that prompt.md names every upstream symbol the task's probes use.
+    Lint {
+        #[command(flatten)]
+        select: TaskSelection,
+        /// The Python that reads the probes' syntax trees.
+        #[arg(long, default_value = "python3")]
+        python: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TaskSelection {
+    /// Task ids (or task directories).
+    pub ids: Vec<String>,
+    /// Every task.
+    #[arg(long, conflicts_with = "ids")]
+    pub all: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArgs {
+    /// Download cache (wheels, sdists, upstream clones).
+    #[arg(long, env = "INFRADEV_CACHE")]
+    pub cache: Option<PathBuf>,
+    /// The host Python whose pip downloads wheels; it must have the task's Python version.
+    #[arg(long, default_value = "python3")]
+    pub python: PathBuf,
+}
+
+/// Runs the CLI and returns the process exit code.
+pub async fn run(mut cli: Cli) -> u8 {
+    // Every path handed to a sandbox must be absolute; resolve the root once, here.
+    if let Ok(root) = std::fs::canonicalize(&cli.root) {
+        cli.root = root;
+    }
+    let result = match cli.command {
+        Command::Grade(args) => grade_command(&cli.root, args).await,
+        Command::Tasks(cmd) => tasks_command(&cli.root, cmd).await,
+        Command::Demo { sandbox } => demo::run(&cli.root, &sandbox.choice()).await,
+        Command::Serve { config } => serve(&config).await,
+        Command::Action(args) => Ok(crate::action::run(&cli.root, args).await),
+        Command::App(AppCommand::Manifest {
+            name,
+            url,
+            webhook_url,
+        }) => {
+            let manifest = crate::app_manifest::app_manifest(&name, &url, &webhook_url);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&manifest).unwrap_or_default()
+            );
+            Ok(exit::RESOLVED)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(CliError { code, error }) => {
+            eprintln!("error: {error:#}");
+            code
+        }
+    }
+}
+
+/// An error with the exit code it maps to.
+pub struct CliError {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl CliError {
+    fn task(error: impl Into<anyhow::Error>) -> Self {
+        CliError {
+            code: exit::USAGE_OR_TASK,
+            error: error.into(),
+        }
+    }
+}
+
+impl From<GradeError> for CliError {
+    fn from(e: GradeError) -> Self {
+        let code = match e {
+            GradeError::Usage(_) | GradeError::Task(_) => exit::USAGE_OR_TASK,
+            GradeError::Infra(_) => exit::INFRA,
+        };
+        CliError {
+            code,
+            error: e.into(),
+        }
+    }
+}
+
+async fn serve(path: &Path) -> Result<u8, CliError> {
+    let config = crate::config::ServerConfig::load(path).map_err(CliError::task)?;
+    let secrets = config.secrets().map_err(CliError::task)?;
+    let service = crate::app::service::Service::start(config, secrets, Default::default())
+        .await
+        .map_err(|error| CliError {
+            code: exit::INFRA,
+            error,
+        })?;
+    eprintln!("infradev: listening on http://{}", service.addr());
+    tokio::select! {
+        _ = service.wait() => Err(CliError { code: exit::INFRA, error: anyhow::anyhow!("a service loop stopped") }),
+        _ = tokio::signal::ctrl_c() => Ok(exit::RESOLVED),
+    }
+}
+
+pub fn exit_code(verdict: Verdict) -> u8 {
+    match verdict {
+        Verdict::Resolved => exit::RESOLVED,
+        Verdict::Unresolved => exit::UNRESOLVED,
+        Verdict::Error => exit::INFRA,
+    }
+}
+
+async fn grade_command(root: &Path, args: GradeArgs) -> Result<u8, CliError> {
+    let task =
+        Registry::resolve(root, &args.task, args.probes.as_deref()).map_err(CliError::task)?;
+    let request = GradeRequest {
+        task,
+        repo: args.repo,
+        head: args.head,
+        lib: root.join("runners/python"),
+        executor: args.sandbox.choice(),
+        keep_workdir: args.keep_workdir,
+    };
+    let report = grade_with_progress(&request).await?;
+    print!("{}", render_summary(&report));
+    let write = |path: &Path, text: String| {
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    };
+    if let Some(path) = &args.json {
+        write(path, render_json(&report)).map_err(|error| CliError {
+            code: exit::INFRA,
+            error,
+        })?;
+    }
+    if let Some(path) = &args.junit {
+        write(path, render_junit(&report)).map_err(|error| CliError {
+            code: exit::INFRA,
+            error,
+        })?;
+    }
+    Ok(exit_code(report.grade.verdict))
+}
+
+/// Grades with a live progress line on stderr (plain lines when it is not a terminal).
+pub async fn grade_with_progress(request: &GradeRequest) -> Result<Report, CliError> {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {prefix:>14} {pos}/{len} {msg} [{elapsed}]",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let tty = std::io::stderr().is_terminal();
+    let on_progress = |p: Progress| match p {
+        Progress::Preparing(what) => {
+            bar.set_prefix("preparing");
+            bar.set_message(what);
+        }
+        Progress::PhaseStarted { phase, total } => {
+            bar.set_prefix(phase_name(phase));
+            bar.set_length(total as u64);
+            bar.set_position(0);
+            bar.set_message("running");
+            if !tty {
+                eprintln!("{}: running {total}", phase_name(phase));
+            }
+        }
+        Progress::PhaseTick { done, .. } => bar.set_position(done as u64),
+        Progress::PhaseFinished { phase, duration } => {
+            let line = format!(
+                "{}: finished in {:.1}s",
+                phase_name(phase),
+                duration.as_secs_f64()
+            );
+            if tty {
+                bar.println(line);
+            } else {
+                eprintln!("{line}");
+            }
+        }
+    };
+    let report = grade_submission(request, &on_progress).await;
+    bar.finish_and_clear();
+    Ok(report?)
+}
+
+fn phase_name(phase: crate::grading::Phase) -> &'static str {
+    match phase {
+        crate::grading::Phase::Tests => "official tests",
+        crate::grading::Phase::Probes => "probes",
+    }
+}
+
+async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
+    match cmd {
+        TasksCommand::List => {
+            let registry = Registry::load(root)
+                .context("cannot read the tasks directory")
+                .map_err(CliError::task)?;
+            for task in &registry.tasks {
+                match task {
+                    Ok(t) => println!(
+                        "{:<32} {:<24} #{:<6} {}",
+                        t.id, t.repository, t.pr, t.summary
+                    ),
+                    Err(e) => println!("{:<32} (invalid: {e})", "?"),
+                }
+            }
+            Ok(exit::RESOLVED)
+        }
+        TasksCommand::Show { id } => {
+            let t = Registry::resolve(root, &id, None).map_err(CliError::task)?;
+            println!("{}: {}\n", t.id, t.title);
+            println!("upstream    {} #{}", t.repository, t.pr);
+            println!(
+                "base        {}\nreference   {}",
+                t.base_commit, t.reference_commit
+            );
+            println!(
+                "image       FROM {}{} (Python {}, {} packages)",
+                t.environment.base_image,
+                t.environment
+                    .layer
+                    .as_ref()
+                    .map(|l| format!(" + layer {l}"))
+                    .unwrap_or_default(),
+                t.environment.python,
+                t.environment.packages.len()
+            );
+            match &t.upstream.source {
+                UpstreamSource::Git => println!("validated   from git (the commits above)"),
+                UpstreamSource::Release { base, reference } => {
+                    println!("validated   from release sdists {base} → {reference}")
+                }
+            }
+            println!(
+                "tests       {} FAIL_TO_PASS, {} PASS_TO_PASS",
+                t.tests.fail_to_pass.len(),
+                t.tests.pass_to_pass.len()
+            );
+            println!(
+                "resources   {:?} GPUs, {} MiB, {} CPUs, {} pids, timeouts {}s/{}s",
+                t.resources.gpus,
+                t.resources.memory_mb,
+                t.resources.cpus,
+                t.resources.pids,
+                t.resources.timeouts.tests_s,
+                t.resources.timeouts.probes_s
+            );
+            println!("\nprobes (requirements only; the source stays hidden):");
+            for p in &t.probes.probes {
+                println!("  [{}] {}: {}", p.category, p.id, p.requirement);
+            }
+            let prompt = std::fs::read_to_string(t.prompt_path()).unwrap_or_default();
+            println!("\nprompt:\n{prompt}");
+            Ok(exit::RESOLVED)
+        }
+        TasksCommand::Check { repo } => {
+            let registry = Registry::load(root)
+                .context("cannot read the tasks directory")
+                .map_err(CliError::task)?;
+            let mut problems: Vec<String> =
+                registry.check().iter().map(ToString::to_string).collect();
+            if let Some(repo) = &repo {
+                for t in registry.tasks.iter().flatten() {
+                    for (field, sha) in [
+                        ("base_commit", &t.base_commit),
+                        ("reference_commit", &t.reference_commit),
+                    ] {
+                        let ok = std::process::Command::new("git")
+                            .arg("-C")
+                            .arg(repo)
+                            .args(["cat-file", "-e", &format!("{sha}^{{commit}}")])
+                            .status()
+                            .is_ok_and(|s| s.success());
+                        if !ok {
+                            problems.push(format!(
+                                "{}: field `{field}`: commit {sha} is not in {}",
+                                t.manifest_path().display(),
+                                repo.display()
+                            ));
+                        }
+                    }
+                }
+            }
+            for p in &problems {
+                println!("{p}");
+            }
+            let n = registry.tasks.len();
+            if problems.is_empty() {
+                println!("{n} task(s) checked, no problems");
+                Ok(exit::RESOLVED)
+            } else {
+                println!("{n} task(s) checked, {} problem(s)", problems.len());
+                Ok(exit::USAGE_OR_TASK)
+            }
+        }
+        TasksCommand::Fetch { select, host } => {
+            let cache = Cache::locate(host.cache);
+            for task in select.resolve(root)? {
+                let infra = |error: anyhow::Error| CliError {
+                    code: exit::INFRA,
+                    error: error.context(format!("fetching for task `{}`", task.id)),
+                };
+                fetch_wheels(&host.python, &task, &root.join("runners"), &cache).map_err(infra)?;
+                if let UpstreamSource::Release { base, reference } = &task.upstream.source {
+                    for release in [base, reference] {
+                        let path = fetch_sdist(release, &cache).await.map_err(infra)?;
+                        println!("{}: {release} at {}", task.id, path.display());
+                    }
+                }
+                println!("{}: wheels in {}", task.id, cache.wheels().display());
+            }
+            Ok(exit::RESOLVED)
+        }
+        TasksCommand::Validate {
+            select,
+            host,
+            git,
+            reference_runs,
+            out_dir,
+        } => {
+            let opts = ValidateOptions {
+                runners: root.join("runners"),
+                cache: Cache::locate(host.cache),
+                git,
+                reference_runs,
+                out_dir,
+            };
+            // Every task is tried; one that cannot be validated (no clone, a failed
+            // download) does not stop the others.
+            let (mut invalid, mut unchecked) = (Vec::new(), Vec::new());
+            for task in select.resolve(root)? {
+                let validated = match fetch_wheels(&host.python, &task, &opts.runners, &opts.cache)
+                {
+                    Ok(()) => validate_task(&task, &opts).await,
+                    Err(e) => Err(e),
+                };
+                let v = match validated {
+                    Ok(v) => v,
+                    Err(error) => {
+                        eprintln!("error: validating task `{}`: {error:#}", task.id);
+                        unchecked.push(task.id.clone());
+                        continue;
+                    }
+                };
+                for c in &v.checks {
+                    println!(
+                        "{} {}: {}",
+                        if c.ok { "ok  " } else { "FAIL" },
+                        task.id,
+                        c.name
+                    );
+                    for p in &c.problems {
+                        println!("       {p}");
+                    }
+                }
+                println!(
+                    "{}: {} — {}",
+                    task.id,
+                    if v.ok { "valid" } else { "NOT valid" },
+                    opts.record_path(&task).display()
+                );
+                if !v.ok {
+                    invalid.push(task.id.clone());
+                }
+            }
+            match (unchecked.is_empty(), invalid.is_empty()) {
+                (true, true) => Ok(exit::RESOLVED),
+                (false, _) => Err(CliError {
+                    code: exit::INFRA,
+                    error: anyhow::anyhow!(
+                        "could not validate: {}{}",
+                        unchecked.join(", "),
+                        if invalid.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; not valid: {}", invalid.join(", "))
+                        }
+                    ),
+                }),
+                (true, false) => Err(CliError::task(anyhow::anyhow!(
+                    "not valid: {}",
+                    invalid.join(", ")
+                ))),
+            }
+        }
+        TasksCommand::Lint { select, python } => {
+            let mut bad = 0;
+            let tasks = select.resolve(root)?;
+            for task in &tasks {
+                let report =
+                    lint_task(task, &root.join("runners"), &python).map_err(CliError::task)?;
+                for e in &report.errors {
+                    println!("{}: {e}", task.id);
+                }
+                for u in &report.unnamed {
+                    println!(
+                        "{}:{}: {} `{}` is used by a probe but not named in {}",
+                        u.file,
+                        u.line,
+                        u.kind,
+                        u.symbol,
+                        report.prompt.display()
+                    );
+                }
+                println!(
+                    "{}: {} upstream symbol(s) checked, {} not named",
+                    task.id,
+                    report.checked,
+                    report.unnamed.len()
+                );
+                bad += usize::from(!report.ok());
+            }
+            if bad == 0 {
+                Ok(exit::RESOLVED)
+            } else {
+                Err(CliError::task(anyhow::anyhow!(
+                    "{bad} of {} task(s) fail lint",
+                    tasks.len()
+                )))
+            }
+        }
+    }
+}
+
+impl TaskSelection {
+    fn resolve(&self, root: &Path) -> Result<Vec<crate::task::Task>, CliError> {
+        if self.all {
+            let registry = Registry::load(root)
+                .context("cannot read the tasks directory")
+                .map_err(CliError::task)?;
+            return registry
+                .tasks
+                .into_iter()
+                .map(|t| t.map_err(CliError::task))
+                .collect();
+        }
+        if self.ids.is_empty() {
+            return Err(CliError::task(anyhow::anyhow!(
+                "name one or more tasks, or pass --all"
+            )));
+        }
+        self.ids
+            .iter()
+            .map(|id| Registry::resolve(root, id, None).map_err(CliError::task))
+            .collect()
+    }
+}

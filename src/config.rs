@@ -1,0 +1,320 @@
+//! `infradev.toml`: the server's configuration. Strict (unknown keys are errors) and every
+//! field documented; `infradev.example.toml` shows them all. Secrets never live in this file:
+//! it names the files or environment variables that hold them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use crate::app::matching::AgentPolicy;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address the HTTP server listens on.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The directory holding tasks/, probes/ and runners/.
+    #[serde(default = "default_root")]
+    pub root: PathBuf,
+    /// Where mirrors of the graded repositories and private work dirs live.
+    #[serde(default = "default_work_dir")]
+    pub work_dir: PathBuf,
+    pub github: GitHubConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub agents: AgentPolicy,
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    #[serde(default)]
+    pub reconcile: ReconcileConfig,
+    #[serde(default)]
+    pub outbox: OutboxConfig,
+    /// Largest webhook body accepted, in bytes (GitHub sends at most 25 MB).
+    #[serde(default = "default_body_limit")]
+    pub body_limit_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitHubConfig {
+    /// REST API base URL.
+    #[serde(default = "default_api_url")]
+    pub api_url: String,
+    /// The App's id.
+    pub app_id: u64,
+    /// PEM file with the App's private key; else the variable `private_key_env` holds the PEM.
+    #[serde(default)]
+    pub private_key_file: Option<PathBuf>,
+    #[serde(default = "default_private_key_env")]
+    pub private_key_env: String,
+    /// File with webhook secrets, one per line (several during a rotation); else the variable
+    /// `webhook_secrets_env` holds them, comma-separated.
+    #[serde(default)]
+    pub webhook_secrets_file: Option<PathBuf>,
+    #[serde(default = "default_webhook_secrets_env")]
+    pub webhook_secrets_env: String,
+    /// Web URL repositories are cloned from (`https://HOST/` on GitHub Enterprise Server).
+    #[serde(default = "default_web_url")]
+    pub web_url: String,
+    /// Git URL rewrites applied before fetching a PR head, like git's `insteadOf`
+    /// (`"https://github.com/" = "https://mirror.internal/"`).
+    #[serde(default)]
+    pub git_url_rewrite: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sqlite://path` (the embedded default) or `postgres://…` for several hosts.
+    #[serde(default = "default_store_url")]
+    pub url: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: default_store_url(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorName {
+    Docker,
+    Local,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Where grades run.
+    #[serde(default = "default_executor")]
+    pub executor: ExecutorName,
+    /// Grades run at the same time by this server. 0: this server does not grade (webhook
+    /// intake, processing and reports only; another server on the same store grades).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// How long a claimed job stays ours without renewal; a lapsed lease is resumed elsewhere.
+    #[serde(default = "default_lease_s")]
+    pub lease_s: u64,
+    /// Interpreter of the local executor.
+    #[serde(default = "default_python")]
+    pub python: PathBuf,
+    /// Wheel cache for task environments (Docker executor).
+    #[serde(default)]
+    pub wheels: Option<PathBuf>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            executor: default_executor(),
+            concurrency: default_concurrency(),
+            lease_s: default_lease_s(),
+            python: default_python(),
+            wheels: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileConfig {
+    /// Seconds between reconcile passes (resume lapsed jobs, deliver the outbox, redeliver).
+    #[serde(default = "default_reconcile_s")]
+    pub interval_s: u64,
+    /// Ask GitHub for failed webhook deliveries and redeliver them.
+    #[serde(default = "default_true")]
+    pub redeliver_failed: bool,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        ReconcileConfig {
+            interval_s: default_reconcile_s(),
+            redeliver_failed: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// Attempts before a GitHub write is given up (and logged); retries back off exponentially.
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+    /// First backoff, in milliseconds; doubles per attempt unless GitHub says how long to wait.
+    #[serde(default = "default_backoff_ms")]
+    pub min_backoff_ms: u64,
+    /// Longest wait between attempts, in seconds.
+    #[serde(default = "default_max_backoff_s")]
+    pub max_backoff_s: u64,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        OutboxConfig {
+            max_attempts: default_attempts(),
+            min_backoff_ms: default_backoff_ms(),
+            max_backoff_s: default_max_backoff_s(),
+        }
+    }
+}
+
+/// The secrets the server needs, loaded from files or the environment, never logged.
+pub struct Secrets {
+    pub private_key: SecretString,
+    pub webhook_secrets: Vec<SecretString>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Secrets {{ private_key: [hidden], webhook_secrets: [{} hidden] }}",
+            self.webhook_secrets.len()
+        )
+    }
+}
+
+impl ServerConfig {
+    /// Reads and checks a config file; errors name the file, the line and the field.
+    pub fn load(path: &Path) -> anyhow::Result<ServerConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        ServerConfig::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> anyhow::Result<ServerConfig> {
+        toml::from_str(text)
+            .map_err(|e| crate::task::ManifestError::from_toml(path, text, &e).into())
+    }
+
+    /// Loads the secrets this config points at.
+    pub fn secrets(&self) -> anyhow::Result<Secrets> {
+        let gh = &self.github;
+        let private_key = match &gh.private_key_file {
+            Some(file) => std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read the App private key {}", file.display()))?,
+            None => std::env::var(&gh.private_key_env).with_context(|| {
+                format!(
+                    "no App private key: set github.private_key_file or ${}",
+                    gh.private_key_env
+                )
+            })?,
+        };
+        let raw = match &gh.webhook_secrets_file {
+            Some(file) => std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read the webhook secrets {}", file.display()))?,
+            None => std::env::var(&gh.webhook_secrets_env)
+                .with_context(|| {
+                    format!(
+                        "no webhook secret: set github.webhook_secrets_file or ${}",
+                        gh.webhook_secrets_env
+                    )
+                })?
+                .replace(',', "\n"),
+        };
+        let webhook_secrets: Vec<SecretString> = raw
+            .lines()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| SecretString::from(s.to_owned()))
+            .collect();
+        if webhook_secrets.is_empty() {
+            bail!("the webhook secret list is empty");
+        }
+        Ok(Secrets {
+            private_key: SecretString::from(private_key),
+            webhook_secrets,
+        })
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_root() -> PathBuf {
+    PathBuf::from(".")
+}
+fn default_work_dir() -> PathBuf {
+    PathBuf::from("infradev-work")
+}
+fn default_body_limit() -> usize {
+    25 * 1024 * 1024
+}
+fn default_api_url() -> String {
+    "https://api.github.com".into()
+}
+fn default_web_url() -> String {
+    "https://github.com/".into()
+}
+fn default_private_key_env() -> String {
+    "INFRADEV_GITHUB_PRIVATE_KEY".into()
+}
+fn default_webhook_secrets_env() -> String {
+    "INFRADEV_WEBHOOK_SECRETS".into()
+}
+fn default_store_url() -> String {
+    "sqlite://infradev.db".into()
+}
+fn default_executor() -> ExecutorName {
+    ExecutorName::Docker
+}
+fn default_concurrency() -> usize {
+    1
+}
+fn default_lease_s() -> u64 {
+    1800
+}
+fn default_python() -> PathBuf {
+    PathBuf::from("/usr/bin/python3")
+}
+fn default_reconcile_s() -> u64 {
+    300
+}
+fn default_true() -> bool {
+    true
+}
+fn default_attempts() -> u32 {
+    12
+}
+fn default_backoff_ms() -> u64 {
+    1000
+}
+fn default_max_backoff_s() -> u64 {
+    900
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_parses() {
+        let path = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/infradev.example.toml"
+        ));
+        let config = ServerConfig::load(path).expect("infradev.example.toml parses");
+        assert_eq!(config.github.api_url, "https://api.github.com");
+        assert!(config.store.url.starts_with("sqlite://"));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = ServerConfig::parse(Path::new("x.toml"), "[github]\napp_id = 1\ncolour = 2\n")
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("x.toml:3:1: field `colour`"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,498 @@
+//! The grading flow: materialise → guard → official tests → probes → classify → report.
+//! Every grade, from the CLI or (later) the server and the Actions step, goes through
+//! [`grade_submission`]; there is no second pipeline.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::grading::{Expectation, Phase, PhaseEvidence, TestEvidence, grade};
+use crate::guard::{self, GuardFlag};
+use crate::redact::Redactor;
+use crate::report::{PhaseReport, Report, SCHEMA_VERSION, SubmissionRef, TaskRef};
+use crate::results::{Expected, PhaseResults, SandboxEnd, evidence};
+use crate::sandbox::docker::{DockerExecutor, EnvImage};
+use crate::sandbox::local::LocalExecutor;
+use crate::sandbox::{Executor, Limits, PhaseRun, PhaseSpec};
+use crate::task::{Budget, Task};
+use crate::workspace::Workspace;
+
+/// Bytes of sandbox output kept per phase.
+const OUTPUT_CAP: usize = 256 * 1024;
+/// Size of the scratch tmpfs of each sandbox.
+const SCRATCH_MB: u64 = 256;
+/// How often live progress re-reads the results file.
+const PROGRESS_POLL: Duration = Duration::from_millis(200);
+
+/// Which executor to grade with.
+#[derive(Debug, Clone)]
+pub enum ExecutorChoice {
+    Docker { wheels: Option<PathBuf> },
+    Local { python: PathBuf },
+}
+
+/// One grade to run.
+#[derive(Debug, Clone)]
+pub struct GradeRequest {
+    pub task: Task,
+    /// The submission's git repository (never written to).
+    pub repo: PathBuf,
+    /// The head revision to grade.
+    pub head: String,
+    /// `runners/python`: the pytest plugin and config mounted into every sandbox.
+    pub lib: PathBuf,
+    pub executor: ExecutorChoice,
+    /// Keep the private work dir for debugging instead of removing it.
+    pub keep_workdir: bool,
+}
+
+/// Live progress, for a terminal or a log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    Preparing(&'static str),
+    PhaseStarted { phase: Phase, total: usize },
+    PhaseTick { phase: Phase, done: usize },
+    PhaseFinished { phase: Phase, duration: Duration },
+}
+
+/// Errors that stop a grade before anything about the submission is known.
+#[derive(Debug, thiserror::Error)]
+pub enum GradeError {
+    /// The request itself is wrong (no such revision, not a repository).
+    #[error("{0:#}")]
+    Usage(anyhow::Error),
+    /// The task cannot be graded as written (its reference commit is unknown, …).
+    #[error("{0:#}")]
+    Task(anyhow::Error),
+    /// Our side failed (git, the file system) before a sandbox ran.
+    #[error("{0:#}")]
+    Infra(anyhow::Error),
+}
+
+/// Grades one submission and returns the redacted report.
+pub async fn grade_submission(
+    req: &GradeRequest,
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Report, GradeError> {
+    let task = &req.task;
+    on_progress(Progress::Preparing("materialising the submission"));
+    let ws = Workspace::materialize(&req.repo, &req.head).map_err(GradeError::Usage)?;
+    tracing::debug!("materialised");
+    let prepared = prepare_tree(&ws, task)?;
+    tracing::debug!("tree prepared");
+
+    let redactor = Redactor::from_sources(
+        &task
+            .probes
+            .sources()
+            .context("cannot read the probe sources")
+            .map_err(GradeError::Infra)?,
+    );
+    let mut phases = Vec::new();
+    let mut tests = Vec::new();
+    let mut limitations = Vec::new();
+    let mut executor_name = executor_label(&req.executor);
+    if prepared.apply_error.is_none() {
+        on_progress(Progress::Preparing("preparing the sandbox"));
+        let executor = prepare_executor(&req.executor, task, &req.lib).await;
+        tracing::debug!("executor ready");
+        if let Ok(e) = &executor {
+            limitations = e.limitations();
+            executor_name = e.name();
+        }
+        let run_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+        for phase in [Phase::Tests, Phase::Probes] {
+            let expected = expected_tests(task, phase);
+            if expected.is_empty() {
+                continue; // A probe-only task (the overhead benchmark) has no test phase.
+            }
+            on_progress(Progress::PhaseStarted {
+                phase,
+                total: expected.len(),
+            });
+            let (report, mut phase_tests) = match &executor {
+                Ok(executor) => {
+                    let ctx = PhaseContext {
+                        executor,
+                        req,
+                        ws: &ws,
+                        run_id: &run_id,
+                        redactor: &redactor,
+                    };
+                    run_phase(&ctx, phase, &expected, on_progress)
+                        .await
+                        .map_err(GradeError::Infra)?
+                }
+                Err(infra) => not_run(phase, &expected, infra),
+            };
+            on_progress(Progress::PhaseFinished {
+                phase,
+                duration: Duration::from_secs_f64(report.duration_s),
+            });
+            phases.push(report);
+            tests.append(&mut phase_tests);
+        }
+    } else {
+        // The change does not apply: nothing runs, and every expected test is reported not run.
+        for phase in [Phase::Tests, Phase::Probes] {
+            tests.extend(
+                expected_tests(task, phase)
+                    .into_iter()
+                    .map(|(x, e)| (x, e.not_run(phase))),
+            );
+        }
+    }
+
+    let evidence: Vec<PhaseEvidence> = phases
+        .iter()
+        .map(|p: &PhaseReport| p.evidence.clone())
+        .collect();
+    let grade = grade(prepared.apply_error.as_deref(), &evidence, tests);
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        task: TaskRef {
+            id: task.id.clone(),
+            repository: task.repository.clone(),
+            pr: task.pr,
+            base_commit: task.base_commit.clone(),
+            reference_commit: task.reference_commit.clone(),
+        },
+        submission: SubmissionRef {
+            repo: req.repo.display().to_string(),
+            head: ws.head.clone(),
+            changed_files: prepared.changed_files,
+        },
+        executor: executor_name.to_owned(),
+        executor_limits: limitations,
+        flags: prepared
+            .flags
+            .into_iter()
+            .map(|f| crate::report::GuardFlag {
+                path: f.path,
+                reason: f.reason,
+            })
+            .collect(),
+        apply_error: prepared.apply_error,
+        phases,
+        grade,
+        probe_requirements: task
+            .probes
+            .probes
+            .iter()
+            .map(|p| (p.test.clone(), p.requirement.clone()))
+            .collect(),
+    };
+    redactor.redact_report(&mut report);
+    if req.keep_workdir {
+        let kept = ws.keep();
+        tracing::info!(workdir = %kept.display(), "kept the work dir");
+    }
+    Ok(report)
+}
+
+fn executor_label(choice: &ExecutorChoice) -> &'static str {
+    match choice {
+        ExecutorChoice::Docker { .. } => "docker",
+        ExecutorChoice::Local { .. } => "local",
+    }
+}
+
+/// The submission tree after the guard, ready to mount.
+struct PreparedTree {
+    apply_error: Option<String>,
+    changed_files: Vec<String>,
+    flags: Vec<GuardFlag>,
+}
+
+/// Neutralises test-infrastructure changes and restores the official tests from the reference.
+fn prepare_tree(ws: &Workspace, task: &Task) -> Result<PreparedTree, GradeError> {
+    let changes = match ws
+        .changes_since(&task.base_commit)
+        .map_err(GradeError::Infra)?
+    {
+        Ok(changes) => changes,
+        Err(e) => {
+            return Ok(PreparedTree {
+                apply_error: Some(e.0),
+                changed_files: Vec::new(),
+                flags: Vec::new(),
+            });
+        }
+    };
+    if !ws.has_commit(&task.reference_commit) {
+        return Err(GradeError::Task(anyhow::anyhow!(
+            "task `{}`: its reference commit {} is not in the submission repository; fetch it from {} first",
+            task.id,
+            task.reference_commit,
+            task.repository
+        )));
+    }
+    let mut flags = Vec::new();
+    for change in &changes {
+        if task.tests.files.contains(&change.path) {
+            continue; // Restored from the reference below.
+        }
+        let path = ws.repo.join(&change.path);
+        let head = std::fs::read_to_string(&path).ok();
+        let reference = ws.read_at(&task.reference_commit, &change.path);
+        if head == reference && (head.is_some() || !path.exists()) {
+            continue; // The upstream change itself made this edit (or deletion).
+        }
+        let base = ws.read_at(&task.base_commit, &change.path);
+        if let Some(flag) = guard::inspect(change, base.as_deref(), head.as_deref()) {
+            // Test infrastructure is the reference's, like the official tests: the base's
+            // version unless the upstream change itself edited it.
+            ws.reset_path(&task.reference_commit, &change.path)
+                .map_err(GradeError::Infra)?;
+            flags.push(flag);
+        }
+    }
+    for file in &task.tests.files {
+        ws.reset_path(&task.reference_commit, file)
+            .map_err(GradeError::Infra)?;
+    }
+    Ok(PreparedTree {
+        apply_error: None,
+        changed_files: changes.into_iter().map(|c| c.path).collect(),
+        flags,
+    })
+}
+
+async fn prepare_executor(
+    choice: &ExecutorChoice,
+    task: &Task,
+    lib: &Path,
+) -> Result<Executor, String> {
+    match choice {
+        ExecutorChoice::Local { python } => Ok(Executor::Local(LocalExecutor::new(python.clone()))),
+        ExecutorChoice::Docker { wheels } => {
+            let docker = DockerExecutor::connect()
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            match DockerExecutor::reap_orphans(&docker).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(containers = n, "removed orphaned sandbox containers"),
+                Err(e) => tracing::warn!(error = %e, "could not list orphaned sandbox containers"),
+            }
+            let runners = lib.parent().unwrap_or(lib);
+            let image = EnvImage::ensure(&docker, task, runners, wheels.as_deref())
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            Ok(Executor::Docker(DockerExecutor::new(docker, image)))
+        }
+    }
+}
+
+/// The tests a phase must report, with why each is expected and its declared category.
+fn expected_tests(task: &Task, phase: Phase) -> Vec<(Expectation, Expected)> {
+    let official = |ids: &[String], x: Expectation| -> Vec<(Expectation, Expected)> {
+        ids.iter()
+            .map(|id| {
+                (
+                    x,
+                    Expected {
+                        id: id.clone(),
+                        declared: Some(task.tests.default_category),
+                    },
+                )
+            })
+            .collect()
+    };
+    match phase {
+        Phase::Tests => {
+            let mut all = official(&task.tests.fail_to_pass, Expectation::FailToPass);
+            all.extend(official(&task.tests.pass_to_pass, Expectation::PassToPass));
+            all
+        }
+        Phase::Probes => task
+            .probes
+            .probes
+            .iter()
+            .map(|p| {
+                (
+                    Expectation::Probe,
+                    Expected {
+                        id: p.test.clone(),
+                        declared: Some(p.category),
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+#[derive(Serialize)]
+struct SpecFile<'a> {
+    phase: Phase,
+    test_timeout_s: u64,
+    budgets: BTreeMap<&'a str, &'a Budget>,
+    /// The expected node ids; pytest is given their files and deselects the rest.
+    select: Vec<&'a str>,
+}
+
+/// What every phase of one grade shares.
+struct PhaseContext<'a> {
+    executor: &'a Executor,
+    req: &'a GradeRequest,
+    ws: &'a Workspace,
+    run_id: &'a str,
+    redactor: &'a Redactor,
+}
+
+async fn run_phase(
+    ctx: &PhaseContext<'_>,
+    phase: Phase,
+    expected: &[(Expectation, Expected)],
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> anyhow::Result<(PhaseReport, Vec<(Expectation, TestEvidence)>)> {
+    let PhaseContext {
+        executor,
+        req,
+        ws,
+        run_id,
+        redactor,
+    } = *ctx;
+    let task = &req.task;
+    let dir = ws.dir().join(format!("{phase:?}").to_lowercase());
+    let (out, scratch) = (dir.join("out"), dir.join("tmp"));
+    for d in [&out, &scratch] {
+        std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+        // The sandbox user is not us: results and scratch must be writable by it.
+        set_mode(d, 0o1777)?;
+    }
+    // The sandbox user must be able to reach the clone (only traverse, not list).
+    set_mode(ws.dir(), 0o711)?;
+    let budgets = match phase {
+        Phase::Probes => task
+            .probes
+            .probes
+            .iter()
+            .filter(|p| !p.budget.is_empty())
+            .map(|p| (p.test.as_str(), &p.budget))
+            .collect(),
+        Phase::Tests => BTreeMap::new(),
+    };
+    let spec_file = dir.join("spec.json");
+    let select: Vec<&str> = expected.iter().map(|(_, e)| e.id.as_str()).collect();
+    let spec_json = serde_json::to_vec_pretty(&SpecFile {
+        phase,
+        test_timeout_s: task.resources.test_timeout_s,
+        budgets,
+        select,
+    })?;
+    std::fs::write(&spec_file, spec_json)
+        .with_context(|| format!("cannot write {}", spec_file.display()))?;
+    set_mode(&spec_file, 0o644)?;
+
+    // Files, not node ids: a node id in a file that fails to import makes pytest stop before
+    // running anything ("not found"), which would hide every other file's results.
+    let mut targets: Vec<String> = Vec::new();
+    for (_, e) in expected {
+        let file = e.id.split("::").next().unwrap_or(&e.id).to_owned();
+        if !targets.contains(&file) {
+            targets.push(file);
+        }
+    }
+    let wall = Duration::from_secs(match phase {
+        Phase::Tests => task.resources.timeouts.tests_s,
+        Phase::Probes => task.resources.timeouts.probes_s,
+    });
+    let spec = PhaseSpec {
+        phase,
+        run_id: run_id.to_owned(),
+        repo: ws.repo.clone(),
+        probes: (phase == Phase::Probes).then(|| task.probes.dir.clone()),
+        lib: req.lib.clone(),
+        spec_file,
+        out: out.clone(),
+        scratch,
+        targets,
+        limits: Limits {
+            memory_mb: task.resources.memory_mb,
+            cpus: task.resources.cpus,
+            pids: task.resources.pids,
+            wall,
+            output_bytes: OUTPUT_CAP,
+            scratch_mb: SCRATCH_MB,
+        },
+        gpus: task.resources.gpus.clone(),
+        plugins: task.environment.pytest_plugins.clone(),
+        env: task
+            .environment
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    };
+    let events = out.join("events.jsonl");
+    let run: PhaseRun = {
+        let run = executor.run(&spec);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(PROGRESS_POLL);
+        loop {
+            tokio::select! {
+                r = &mut run => break r,
+                _ = tick.tick() => {
+                    if let Ok(bytes) = std::fs::read(&events) {
+                        on_progress(Progress::PhaseTick { phase, done: PhaseResults::parse(&bytes).n_results() });
+                    }
+                }
+            }
+        }
+    };
+    tracing::debug!(phase = ?phase, output = %redactor.redact(&run.output), "sandbox output");
+    let results = PhaseResults::parse(&std::fs::read(&events).unwrap_or_default());
+    let (phase_evidence, tests) = judge(phase, expected, &results, &run.end);
+    Ok((
+        PhaseReport {
+            evidence: phase_evidence,
+            duration_s: run.duration.as_secs_f64(),
+        },
+        tests,
+    ))
+}
+
+/// Evidence for each expected test of a phase, each with why it is expected.
+fn judge(
+    phase: Phase,
+    expected: &[(Expectation, Expected)],
+    results: &PhaseResults,
+    end: &SandboxEnd,
+) -> (PhaseEvidence, Vec<(Expectation, TestEvidence)>) {
+    let bare: Vec<Expected> = expected.iter().map(|(_, e)| e.clone()).collect();
+    let (phase_evidence, tests) = evidence(phase, &bare, results, end);
+    (
+        phase_evidence,
+        expected.iter().map(|(x, _)| *x).zip(tests).collect(),
+    )
+}
+
+/// A phase that could not run because our side failed before it.
+fn not_run(
+    phase: Phase,
+    expected: &[(Expectation, Expected)],
+    infra: &str,
+) -> (PhaseReport, Vec<(Expectation, TestEvidence)>) {
+    let end = SandboxEnd {
+        exit_code: None,
+        kill: None,
+        infra_error: Some(infra.to_owned()),
+    };
+    let (phase_evidence, tests) = judge(phase, expected, &PhaseResults::default(), &end);
+    (
+        PhaseReport {
+            evidence: phase_evidence,
+            duration_s: 0.0,
+        },
+        tests,
+    )
+}
+
+fn set_mode(path: &Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot chmod {}", path.display()))
+}

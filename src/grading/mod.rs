@@ -1,0 +1,11 @@
+//! Pure grading: evidence in, categories and a verdict out. No I/O anywhere below this module.
+
+mod classify;
+mod evidence;
+mod verdict;
+
+pub use classify::classify;
+pub use evidence::{
+    BudgetBreach, BudgetKind, Category, Kill, Outcome, Phase, PhaseEvidence, TestEvidence,
+};
+pub use verdict::{CategoryCounts, Expectation, Grade, GradeCounts, GradedTest, Verdict, grade};

@@ -1,0 +1,27 @@
+//! InfraDev: grades AI-written pull requests against ML-infrastructure repositories.
+//!
+//! See ARCHITECTURE.md for the codemap and the invariants each module keeps.
+
+pub mod action;
+pub mod app;
+pub mod app_manifest;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod exit;
+pub mod fetch;
+pub mod github;
+pub mod grade;
+pub mod grading;
+pub mod guard;
+pub mod lint;
+pub mod redact;
+pub mod report;
+pub mod results;
+pub mod sandbox;
+pub mod server;
+pub mod store;
+pub mod task;
+pub mod validate;
+pub mod webhook;
+pub mod workspace;

@@ -1,0 +1,79 @@
+//! The grade report: everything a run found, in one serialisable value, and its renderings
+//! (terminal summary, JUnit XML, JSON). Renderers are pure and trust that the report was
+//! redacted ([`crate::redact::Redactor::redact_report`]) before they see it.
+//!
+//! The JSON form is documented field by field in `docs/grade-json.md`; bump
+//! [`SCHEMA_VERSION`] on any change that is not a pure addition.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::grading::{Grade, PhaseEvidence};
+
+pub mod github;
+mod json;
+mod junit;
+mod summary;
+
+pub use json::render_json;
+pub use junit::render_junit;
+pub use summary::render_summary;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub task: TaskRef,
+    pub submission: SubmissionRef,
+    /// `docker` or `local`.
+    pub executor: String,
+    /// Guarantees the executor could not give (for example "no network isolation"), so that a
+    /// reader knows how far to trust the run.
+    pub executor_limits: Vec<String>,
+    /// Changed files the guard neutralised, and why.
+    pub flags: Vec<GuardFlag>,
+    /// Why the change did not apply; when set, no phase ran.
+    pub apply_error: Option<String>,
+    pub phases: Vec<PhaseReport>,
+    pub grade: Grade,
+    /// What each probe checks, in words, keyed by the probe's test id; shown for failures
+    /// instead of the probe's source.
+    pub probe_requirements: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRef {
+    pub id: String,
+    pub repository: String,
+    pub pr: u64,
+    pub base_commit: String,
+    pub reference_commit: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmissionRef {
+    /// The submission repository as given on the command line.
+    pub repo: String,
+    /// The resolved head commit.
+    pub head: String,
+    pub changed_files: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardFlag {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseReport {
+    pub evidence: PhaseEvidence,
+    pub duration_s: f64,
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,8 @@
+//! The Docker executor: the only module that names bollard.
+
+mod executor;
+mod image;
+mod reaper;
+
+pub use executor::DockerExecutor;
+pub use image::{EnvImage, PipLayer, layer_file};

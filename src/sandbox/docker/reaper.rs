@@ -1,0 +1,43 @@
+//! Removes sandbox containers left behind by earlier runs (a killed grader, a lost host).
+
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
+
+use super::executor::{DockerExecutor, LABEL_DEADLINE, LABEL_MANAGED};
+
+impl DockerExecutor {
+    /// Removes every container of ours whose deadline has passed; returns how many.
+    pub async fn reap_orphans(docker: &Docker) -> anyhow::Result<usize> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let filters = HashMap::from([("label".to_owned(), vec![format!("{LABEL_MANAGED}=true")])]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let mut reaped = 0;
+        for c in docker.list_containers(Some(options)).await? {
+            let deadline = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_DEADLINE))
+                .and_then(|d| d.parse::<u64>().ok());
+            if deadline.is_none_or(|d| d < now)
+                && let Some(id) = c.id
+            {
+                let opts = RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .v(true)
+                    .build();
+                if docker.remove_container(&id, Some(opts)).await.is_ok() {
+                    reaped += 1;
+                }
+            }
+        }
+        Ok(reaped)
+    }
+}

@@ -1,0 +1,11 @@
+//! The HTTP surface of `infradev serve`: the webhook intake and the health and metrics
+//! endpoints. The webhook handler only verifies, stores and wakes the processor.
+
+mod intake;
+mod metrics;
+mod router;
+mod webhook;
+
+pub use intake::Intake;
+pub use metrics::install_metrics;
+pub use router::{AppState, create_app};

@@ -1,0 +1,323 @@
+//! The values the store reads and writes. Plain Rust: no database type appears here.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+
+/// Which database a [`Store`](super::Store) talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// An embedded SQLite file (the default): WAL, `synchronous=FULL`.
+    Sqlite,
+    /// A PostgreSQL server, for several service hosts sharing one queue.
+    Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What [`Store::info`](super::Store::info) reports, for the startup log and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreInfo {
+    pub backend: Backend,
+    /// The highest applied migration version.
+    pub schema_version: i64,
+    /// SQLite only: `PRAGMA journal_mode` (`wal` for a file).
+    pub journal_mode: Option<String>,
+    /// SQLite only: `PRAGMA synchronous` (2 = FULL).
+    pub synchronous: Option<i64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// deliveries
+
+/// A webhook delivery as the server received it. `received_at` is set by the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    /// `X-GitHub-Delivery`.
+    pub delivery_id: String,
+    /// `X-GitHub-Event`.
+    pub event: String,
+    pub action: Option<String>,
+    /// The raw request body, byte for byte.
+    pub payload: Vec<u8>,
+}
+
+/// Whether [`Store::insert_delivery`](super::Store::insert_delivery) stored a new row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    New,
+    /// The delivery id was already stored (a redelivery): nothing changed.
+    Duplicate,
+}
+
+/// A stored webhook delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub delivery_id: String,
+    pub event: String,
+    pub action: Option<String>,
+    pub payload: Vec<u8>,
+    pub received_at: DateTime<Utc>,
+    pub processed_at: Option<DateTime<Utc>>,
+    /// Why processing failed, when it did (the delivery is still marked processed).
+    pub error: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// pull requests
+
+/// What the webhook tells us about a pull request. Upserting it keeps the stored
+/// `sticky_comment_id` and `grade_requested`, which have their own setters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullUpsert {
+    /// `owner/name`.
+    pub repo: String,
+    pub number: u64,
+    pub head_sha: String,
+    pub base_ref: String,
+    pub task_id: Option<String>,
+    pub is_agent: bool,
+    pub author: String,
+    pub installation_id: u64,
+    pub draft: bool,
+    pub open: bool,
+}
+
+/// A stored pull request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pull {
+    pub repo: String,
+    pub number: u64,
+    pub head_sha: String,
+    pub base_ref: String,
+    pub task_id: Option<String>,
+    pub is_agent: bool,
+    pub author: String,
+    pub installation_id: u64,
+    pub draft: bool,
+    pub open: bool,
+    pub sticky_comment_id: Option<u64>,
+    /// A maintainer asked `/infradev grade`.
+    pub grade_requested: bool,
+    pub updated_at: DateTime<Utc>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// jobs
+
+/// A job id: the check run's `external_id`. Ids are never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for JobId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.trim().parse().map(JobId)
+    }
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum JobState {
+    Queued,
+    /// Claimed by a worker whose lease runs until `lease_until`.
+    Running,
+    Finished,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 4] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Finished,
+        JobState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Finished => "finished",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Queued or running.
+    pub fn is_active(self) -> bool {
+        matches!(self, JobState::Queued | JobState::Running)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| format!("unknown job state {s:?}"))
+    }
+}
+
+/// A grading job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub id: JobId,
+    pub repo: String,
+    pub number: u64,
+    pub head_sha: String,
+    pub task_id: String,
+    pub installation_id: u64,
+    pub state: JobState,
+    /// How many times the job was claimed.
+    pub attempts: u32,
+    pub lease_owner: Option<String>,
+    pub lease_until: Option<DateTime<Utc>>,
+    pub check_run_id: Option<u64>,
+    pub verdict: Option<String>,
+    pub result_json: Option<String>,
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What [`Store::enqueue_job`](super::Store::enqueue_job) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The new job, or the active one that already existed for this (pull, head, task).
+    pub job: Job,
+    /// False when `job` already existed (queued or running): enqueueing is idempotent.
+    pub created: bool,
+    /// Active jobs of the same pull request for another head SHA, now cancelled. The caller
+    /// reports them (check run `cancelled`).
+    pub cancelled: Vec<Job>,
+}
+
+/// How many jobs are in each state (for metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobCounts {
+    pub queued: u64,
+    pub running: u64,
+    pub finished: u64,
+    pub cancelled: u64,
+}
+
+impl JobCounts {
+    pub fn get(&self, state: JobState) -> u64 {
+        match state {
+            JobState::Queued => self.queued,
+            JobState::Running => self.running,
+            JobState::Finished => self.finished,
+            JobState::Cancelled => self.cancelled,
+        }
+    }
+
+    pub(crate) fn set(&mut self, state: JobState, n: u64) {
+        match state {
+            JobState::Queued => self.queued = n,
+            JobState::Running => self.running = n,
+            JobState::Finished => self.finished = n,
+            JobState::Cancelled => self.cancelled = n,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// outbox
+
+/// An outbox row id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OutboxId(pub i64);
+
+impl fmt::Display for OutboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A report to send. `kind` and `payload` mean whatever `app::outbox` says they mean.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewOutbox {
+    pub job_id: Option<JobId>,
+    pub kind: String,
+    pub payload: serde_json::Value,
+}
+
+/// Where an outbox row is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutboxState {
+    Pending,
+    Done,
+    /// Given up on: a permanent error or too many attempts.
+    Dead,
+}
+
+impl OutboxState {
+    pub const ALL: [OutboxState; 3] = [OutboxState::Pending, OutboxState::Done, OutboxState::Dead];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxState::Pending => "pending",
+            OutboxState::Done => "done",
+            OutboxState::Dead => "dead",
+        }
+    }
+}
+
+impl fmt::Display for OutboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OutboxState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        OutboxState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| format!("unknown outbox state {s:?}"))
+    }
+}
+
+/// A stored outbox row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    pub id: OutboxId,
+    pub job_id: Option<JobId>,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub state: OutboxState,
+    /// Delivery attempts made so far (retried, dead or done).
+    pub attempts: u32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}

@@ -1,0 +1,989 @@
+//! Every SQL statement of the service, once. One dialect for both backends: `$N` placeholders
+//! (SQLite reads `$1` as parameter 1), `ON CONFLICT`, `RETURNING`, partial indexes. The only
+//! per-backend text is the row lock of the two claim statements (`FOR UPDATE SKIP LOCKED`,
+//! which SQLite neither has nor needs: it runs one writer at a time).
+//!
+//! Each function runs on a connection that is either a pooled one in autocommit mode or a
+//! transaction's; `Store` and `Tx` in `mod.rs` choose which.
+
+use chrono::{DateTime, Utc};
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
+
+use super::error::StoreError;
+use super::model::*;
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+// ---------------------------------------------------------------------------------------------
+// conversions
+
+pub(crate) fn micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+fn from_micros(v: i64, what: &'static str) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_micros(v)
+        .ok_or_else(|| StoreError::invalid(what, format!("timestamp {v} out of range")))
+}
+
+fn to_i64(v: u64, what: &'static str) -> Result<i64> {
+    i64::try_from(v)
+        .map_err(|_| StoreError::invalid(what, format!("{v} does not fit a signed 64-bit column")))
+}
+
+fn to_u64(v: i64, what: &'static str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| StoreError::invalid(what, format!("negative value {v}")))
+}
+
+fn lease_until(now: DateTime<Utc>, lease: std::time::Duration) -> Result<DateTime<Utc>> {
+    chrono::Duration::from_std(lease)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .ok_or_else(|| StoreError::invalid("lease", format!("{lease:?} is too long")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// reading rows
+
+fn get<'r, T>(row: &'r AnyRow, col: &'static str) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+{
+    row.try_get(col).map_err(StoreError::db("reading a row"))
+}
+
+/// PostgreSQL has BOOLEAN; SQLite stores 0/1 (sqlx's Any cannot read SQLite's BOOLEAN).
+fn get_bool(row: &AnyRow, col: &'static str) -> Result<bool> {
+    match row.try_get::<bool, _>(col) {
+        Ok(b) => Ok(b),
+        Err(_) => Ok(get::<i64>(row, col)? != 0),
+    }
+}
+
+fn get_u64(row: &AnyRow, col: &'static str) -> Result<u64> {
+    to_u64(get(row, col)?, col)
+}
+
+fn get_opt_u64(row: &AnyRow, col: &'static str) -> Result<Option<u64>> {
+    get::<Option<i64>>(row, col)?
+        .map(|v| to_u64(v, col))
+        .transpose()
+}
+
+fn get_time(row: &AnyRow, col: &'static str) -> Result<DateTime<Utc>> {
+    from_micros(get(row, col)?, col)
+}
+
+fn get_opt_time(row: &AnyRow, col: &'static str) -> Result<Option<DateTime<Utc>>> {
+    get::<Option<i64>>(row, col)?
+        .map(|v| from_micros(v, col))
+        .transpose()
+}
+
+fn get_count(row: &AnyRow, col: &'static str) -> Result<u32> {
+    let v: i64 = get(row, col)?;
+    u32::try_from(v).map_err(|_| StoreError::invalid(col, format!("{v} out of range")))
+}
+
+macro_rules! delivery_cols {
+    () => {
+        "delivery_id, event, action, payload, received_at, processed_at, error"
+    };
+}
+
+fn delivery(row: &AnyRow) -> Result<Delivery> {
+    Ok(Delivery {
+        delivery_id: get(row, "delivery_id")?,
+        event: get(row, "event")?,
+        action: get(row, "action")?,
+        payload: get(row, "payload")?,
+        received_at: get_time(row, "received_at")?,
+        processed_at: get_opt_time(row, "processed_at")?,
+        error: get(row, "error")?,
+    })
+}
+
+macro_rules! pull_cols {
+    () => {
+        "repo, number, head_sha, base_ref, task_id, is_agent, author, installation_id, draft, open, \
+         sticky_comment_id, grade_requested, updated_at"
+    };
+}
+
+fn pull(row: &AnyRow) -> Result<Pull> {
+    Ok(Pull {
+        repo: get(row, "repo")?,
+        number: get_u64(row, "number")?,
+        head_sha: get(row, "head_sha")?,
+        base_ref: get(row, "base_ref")?,
+        task_id: get(row, "task_id")?,
+        is_agent: get_bool(row, "is_agent")?,
+        author: get(row, "author")?,
+        installation_id: get_u64(row, "installation_id")?,
+        draft: get_bool(row, "draft")?,
+        open: get_bool(row, "open")?,
+        sticky_comment_id: get_opt_u64(row, "sticky_comment_id")?,
+        grade_requested: get_bool(row, "grade_requested")?,
+        updated_at: get_time(row, "updated_at")?,
+    })
+}
+
+macro_rules! job_cols {
+    () => {
+        "id, repo, number, head_sha, task_id, installation_id, state, attempts, lease_owner, lease_until, \
+         check_run_id, verdict, result_json, error, created_at, updated_at"
+    };
+}
+
+fn job(row: &AnyRow) -> Result<Job> {
+    let state: String = get(row, "state")?;
+    Ok(Job {
+        id: JobId(get(row, "id")?),
+        repo: get(row, "repo")?,
+        number: get_u64(row, "number")?,
+        head_sha: get(row, "head_sha")?,
+        task_id: get(row, "task_id")?,
+        installation_id: get_u64(row, "installation_id")?,
+        state: state
+            .parse()
+            .map_err(|e| StoreError::invalid("jobs.state", e))?,
+        attempts: get_count(row, "attempts")?,
+        lease_owner: get(row, "lease_owner")?,
+        lease_until: get_opt_time(row, "lease_until")?,
+        check_run_id: get_opt_u64(row, "check_run_id")?,
+        verdict: get(row, "verdict")?,
+        result_json: get(row, "result_json")?,
+        error: get(row, "error")?,
+        created_at: get_time(row, "created_at")?,
+        updated_at: get_time(row, "updated_at")?,
+    })
+}
+
+macro_rules! outbox_cols {
+    () => {
+        "id, job_id, kind, payload, state, attempts, next_attempt_at, last_error, created_at, updated_at"
+    };
+}
+
+fn outbox(row: &AnyRow) -> Result<OutboxRow> {
+    let state: String = get(row, "state")?;
+    let payload: String = get(row, "payload")?;
+    Ok(OutboxRow {
+        id: OutboxId(get(row, "id")?),
+        job_id: get::<Option<i64>>(row, "job_id")?.map(JobId),
+        kind: get(row, "kind")?,
+        payload: serde_json::from_str(&payload)
+            .map_err(|e| StoreError::invalid("outbox.payload", e.to_string()))?,
+        state: state
+            .parse()
+            .map_err(|e| StoreError::invalid("outbox.state", e))?,
+        attempts: get_count(row, "attempts")?,
+        next_attempt_at: get_time(row, "next_attempt_at")?,
+        last_error: get(row, "last_error")?,
+        created_at: get_time(row, "created_at")?,
+        updated_at: get_time(row, "updated_at")?,
+    })
+}
+
+fn all<T>(rows: Vec<AnyRow>, f: fn(&AnyRow) -> Result<T>) -> Result<Vec<T>> {
+    rows.iter().map(f).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// store-wide
+
+pub(crate) async fn ping(conn: &mut AnyConnection, _: Backend) -> Result<()> {
+    sqlx::query("SELECT 1")
+        .execute(conn)
+        .await
+        .map_err(StoreError::db("ping"))?;
+    Ok(())
+}
+
+pub(crate) async fn info(conn: &mut AnyConnection, backend: Backend) -> Result<StoreInfo> {
+    let row =
+        sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM _sqlx_migrations WHERE success")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(StoreError::db("reading the schema version"))?;
+    let schema_version: i64 = get(&row, "v")?;
+    let (journal_mode, synchronous) = match backend {
+        Backend::Postgres => (None, None),
+        Backend::Sqlite => {
+            let row = sqlx::query("PRAGMA journal_mode")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(StoreError::db("reading journal_mode"))?;
+            let journal_mode: String = row
+                .try_get(0)
+                .map_err(StoreError::db("reading journal_mode"))?;
+            let row = sqlx::query("PRAGMA synchronous")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(StoreError::db("reading synchronous"))?;
+            let synchronous: i64 = row
+                .try_get(0)
+                .map_err(StoreError::db("reading synchronous"))?;
+            (Some(journal_mode), Some(synchronous))
+        }
+    };
+    Ok(StoreInfo {
+        backend,
+        schema_version,
+        journal_mode,
+        synchronous,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// deliveries
+
+pub(crate) async fn insert_delivery(
+    conn: &mut AnyConnection,
+    _: Backend,
+    d: &NewDelivery,
+) -> Result<Inserted> {
+    let done = sqlx::query(
+        "INSERT INTO deliveries (delivery_id, event, action, payload, received_at) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (delivery_id) DO NOTHING",
+    )
+    .bind(&d.delivery_id)
+    .bind(&d.event)
+    .bind(d.action.as_deref())
+    .bind(&d.payload[..])
+    .bind(micros(Utc::now()))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("storing a delivery"))?;
+    Ok(if done.rows_affected() == 1 {
+        Inserted::New
+    } else {
+        Inserted::Duplicate
+    })
+}
+
+pub(crate) async fn get_delivery(
+    conn: &mut AnyConnection,
+    _: Backend,
+    delivery_id: &str,
+) -> Result<Option<Delivery>> {
+    sqlx::query(concat!(
+        "SELECT ",
+        delivery_cols!(),
+        " FROM deliveries WHERE delivery_id = $1"
+    ))
+    .bind(delivery_id)
+    .fetch_optional(conn)
+    .await
+    .map_err(StoreError::db("reading a delivery"))?
+    .as_ref()
+    .map(delivery)
+    .transpose()
+}
+
+pub(crate) async fn unprocessed_deliveries(
+    conn: &mut AnyConnection,
+    _: Backend,
+    limit: u32,
+) -> Result<Vec<Delivery>> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        delivery_cols!(),
+        " FROM deliveries WHERE processed_at IS NULL ORDER BY received_at, delivery_id LIMIT $1"
+    ))
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::db("reading unprocessed deliveries"))?;
+    all(rows, delivery)
+}
+
+pub(crate) async fn mark_delivery_processed(
+    conn: &mut AnyConnection,
+    _: Backend,
+    delivery_id: &str,
+    error: Option<&str>,
+) -> Result<bool> {
+    let done =
+        sqlx::query("UPDATE deliveries SET processed_at = $2, error = $3 WHERE delivery_id = $1")
+            .bind(delivery_id)
+            .bind(micros(Utc::now()))
+            .bind(error)
+            .execute(conn)
+            .await
+            .map_err(StoreError::db("marking a delivery processed"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn prune_deliveries(
+    conn: &mut AnyConnection,
+    _: Backend,
+    processed_before: DateTime<Utc>,
+) -> Result<u64> {
+    let done =
+        sqlx::query("DELETE FROM deliveries WHERE processed_at IS NOT NULL AND processed_at < $1")
+            .bind(micros(processed_before))
+            .execute(conn)
+            .await
+            .map_err(StoreError::db("pruning deliveries"))?;
+    Ok(done.rows_affected())
+}
+
+// ---------------------------------------------------------------------------------------------
+// pull requests and heads
+
+pub(crate) async fn upsert_pull(
+    conn: &mut AnyConnection,
+    _: Backend,
+    p: &PullUpsert,
+) -> Result<Pull> {
+    let row = sqlx::query(concat!(
+        "INSERT INTO pull_requests (repo, number, head_sha, base_ref, task_id, is_agent, author, installation_id, \
+         draft, open, grade_requested, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+         ON CONFLICT (repo, number) DO UPDATE SET head_sha = excluded.head_sha, base_ref = excluded.base_ref, \
+         task_id = excluded.task_id, is_agent = excluded.is_agent, author = excluded.author, \
+         installation_id = excluded.installation_id, draft = excluded.draft, open = excluded.open, \
+         updated_at = excluded.updated_at RETURNING ",
+        pull_cols!()
+    ))
+    .bind(&p.repo)
+    .bind(to_i64(p.number, "pull number")?)
+    .bind(&p.head_sha)
+    .bind(&p.base_ref)
+    .bind(p.task_id.as_deref())
+    .bind(p.is_agent)
+    .bind(&p.author)
+    .bind(to_i64(p.installation_id, "installation id")?)
+    .bind(p.draft)
+    .bind(p.open)
+    .bind(false)
+    .bind(micros(Utc::now()))
+    .fetch_one(conn)
+    .await
+    .map_err(StoreError::db("storing a pull request"))?;
+    pull(&row)
+}
+
+pub(crate) async fn get_pull(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    number: u64,
+) -> Result<Option<Pull>> {
+    sqlx::query(concat!(
+        "SELECT ",
+        pull_cols!(),
+        " FROM pull_requests WHERE repo = $1 AND number = $2"
+    ))
+    .bind(repo)
+    .bind(to_i64(number, "pull number")?)
+    .fetch_optional(conn)
+    .await
+    .map_err(StoreError::db("reading a pull request"))?
+    .as_ref()
+    .map(pull)
+    .transpose()
+}
+
+pub(crate) async fn set_sticky_comment_id(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    number: u64,
+    comment_id: Option<u64>,
+) -> Result<bool> {
+    let done =
+        sqlx::query("UPDATE pull_requests SET sticky_comment_id = $3, updated_at = $4 WHERE repo = $1 AND number = $2")
+            .bind(repo)
+            .bind(to_i64(number, "pull number")?)
+            .bind(comment_id.map(|id| to_i64(id, "comment id")).transpose()?)
+            .bind(micros(Utc::now()))
+            .execute(conn)
+            .await
+            .map_err(StoreError::db("storing the sticky comment id"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn set_grade_requested(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    number: u64,
+    requested: bool,
+) -> Result<bool> {
+    let done =
+        sqlx::query("UPDATE pull_requests SET grade_requested = $3, updated_at = $4 WHERE repo = $1 AND number = $2")
+            .bind(repo)
+            .bind(to_i64(number, "pull number")?)
+            .bind(requested)
+            .bind(micros(Utc::now()))
+            .execute(conn)
+            .await
+            .map_err(StoreError::db("storing grade_requested"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn index_head(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    head_sha: &str,
+    number: u64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO heads (repo, head_sha, number) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    )
+    .bind(repo)
+    .bind(head_sha)
+    .bind(to_i64(number, "pull number")?)
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("indexing a head"))?;
+    Ok(())
+}
+
+pub(crate) async fn pulls_for_head(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    head_sha: &str,
+) -> Result<Vec<u64>> {
+    let rows =
+        sqlx::query("SELECT number FROM heads WHERE repo = $1 AND head_sha = $2 ORDER BY number")
+            .bind(repo)
+            .bind(head_sha)
+            .fetch_all(conn)
+            .await
+            .map_err(StoreError::db("reading the pulls of a head"))?;
+    rows.iter().map(|row| get_u64(row, "number")).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// jobs
+
+/// Must run inside a transaction (`Store::enqueue_job` opens one).
+pub(crate) async fn enqueue_job(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    number: u64,
+    head_sha: &str,
+    task_id: &str,
+    installation_id: u64,
+) -> Result<Enqueued> {
+    let number = to_i64(number, "pull number")?;
+    let installation_id = to_i64(installation_id, "installation id")?;
+    let now = micros(Utc::now());
+
+    // Serialize enqueues of one pull request: the upsert takes (and holds until the
+    // transaction ends) the row lock on PostgreSQL. SQLite runs one writer at a time anyway.
+    sqlx::query(
+        "INSERT INTO job_locks (repo, number, locked_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (repo, number) DO UPDATE SET locked_at = excluded.locked_at",
+    )
+    .bind(repo)
+    .bind(number)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(StoreError::db("locking a pull request's jobs"))?;
+
+    let rows = sqlx::query(concat!(
+        "UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = $4 \
+         WHERE repo = $1 AND number = $2 AND head_sha <> $3 AND state IN ('queued', 'running') RETURNING ",
+        job_cols!()
+    ))
+    .bind(repo)
+    .bind(number)
+    .bind(head_sha)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(StoreError::db("cancelling jobs of older heads"))?;
+    let mut cancelled = all(rows, job)?;
+    cancelled.sort_by_key(|j| j.id);
+
+    let existing = sqlx::query(concat!(
+        "SELECT ",
+        job_cols!(),
+        " FROM jobs WHERE repo = $1 AND number = $2 AND head_sha = $3 AND task_id = $4 \
+         AND state IN ('queued', 'running')"
+    ))
+    .bind(repo)
+    .bind(number)
+    .bind(head_sha)
+    .bind(task_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(StoreError::db("looking for an active job"))?;
+    if let Some(row) = existing {
+        return Ok(Enqueued {
+            job: job(&row)?,
+            created: false,
+            cancelled,
+        });
+    }
+
+    let row = sqlx::query(concat!(
+        "INSERT INTO jobs (repo, number, head_sha, task_id, installation_id, state, attempts, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, 'queued', 0, $6, $6) RETURNING ",
+        job_cols!()
+    ))
+    .bind(repo)
+    .bind(number)
+    .bind(head_sha)
+    .bind(task_id)
+    .bind(installation_id)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(StoreError::db("enqueueing a job"))?;
+    Ok(Enqueued {
+        job: job(&row)?,
+        created: true,
+        cancelled,
+    })
+}
+
+macro_rules! claim_job_sql {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE jobs SET state = 'running', lease_owner = $1, lease_until = $2, attempts = attempts + 1, \
+             updated_at = $3 WHERE id = (SELECT id FROM jobs WHERE state = 'queued' \
+             OR (state = 'running' AND lease_until < $3) ORDER BY id LIMIT 1",
+            $lock,
+            ") RETURNING ",
+            job_cols!()
+        )
+    };
+}
+
+pub(crate) async fn claim_job(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    owner: &str,
+    lease: std::time::Duration,
+) -> Result<Option<Job>> {
+    let now = Utc::now();
+    let sql = match backend {
+        // One statement: SQLite takes the write lock before it reads, so the row it picks is
+        // not picked by anyone else.
+        Backend::Sqlite => claim_job_sql!(""),
+        // Concurrent claimers skip each other's locked row instead of queueing behind it.
+        Backend::Postgres => claim_job_sql!(" FOR UPDATE SKIP LOCKED"),
+    };
+    sqlx::query(sql)
+        .bind(owner)
+        .bind(micros(lease_until(now, lease)?))
+        .bind(micros(now))
+        .fetch_optional(conn)
+        .await
+        .map_err(StoreError::db("claiming a job"))?
+        .as_ref()
+        .map(job)
+        .transpose()
+}
+
+pub(crate) async fn renew_lease(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: JobId,
+    owner: &str,
+    lease: std::time::Duration,
+) -> Result<bool> {
+    let now = Utc::now();
+    let done = sqlx::query(
+        "UPDATE jobs SET lease_until = $3, updated_at = $4 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+    )
+    .bind(id.0)
+    .bind(owner)
+    .bind(micros(lease_until(now, lease)?))
+    .bind(micros(now))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("renewing a lease"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn finish_job(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: JobId,
+    owner: &str,
+    verdict: &str,
+    result_json: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE jobs SET state = 'finished', verdict = $3, result_json = $4, error = NULL, lease_until = NULL, \
+         updated_at = $5 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+    )
+    .bind(id.0)
+    .bind(owner)
+    .bind(verdict)
+    .bind(result_json)
+    .bind(micros(Utc::now()))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("finishing a job"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn fail_job(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: JobId,
+    owner: &str,
+    error: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE jobs SET state = 'finished', verdict = NULL, result_json = NULL, error = $3, lease_until = NULL, \
+         updated_at = $4 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+    )
+    .bind(id.0)
+    .bind(owner)
+    .bind(error)
+    .bind(micros(Utc::now()))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("failing a job"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn release_job(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: JobId,
+    owner: &str,
+    error: Option<&str>,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL, error = $3, updated_at = $4 \
+         WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+    )
+    .bind(id.0)
+    .bind(owner)
+    .bind(error)
+    .bind(micros(Utc::now()))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("releasing a job"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn cancel_job(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: JobId,
+) -> Result<Option<Job>> {
+    sqlx::query(concat!(
+        "UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = $2 \
+         WHERE id = $1 AND state IN ('queued', 'running') RETURNING ",
+        job_cols!()
+    ))
+    .bind(id.0)
+    .bind(micros(Utc::now()))
+    .fetch_optional(conn)
+    .await
+    .map_err(StoreError::db("cancelling a job"))?
+    .as_ref()
+    .map(job)
+    .transpose()
+}
+
+pub(crate) async fn cancel_jobs_for_pull(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    number: u64,
+) -> Result<Vec<Job>> {
+    let rows = sqlx::query(concat!(
+        "UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = $3 \
+         WHERE repo = $1 AND number = $2 AND state IN ('queued', 'running') RETURNING ",
+        job_cols!()
+    ))
+    .bind(repo)
+    .bind(to_i64(number, "pull number")?)
+    .bind(micros(Utc::now()))
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::db("cancelling a pull request's jobs"))?;
+    let mut jobs = all(rows, job)?;
+    jobs.sort_by_key(|j| j.id);
+    Ok(jobs)
+}
+
+pub(crate) async fn set_check_run_id(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: JobId,
+    check_run_id: u64,
+) -> Result<bool> {
+    let done = sqlx::query("UPDATE jobs SET check_run_id = $2, updated_at = $3 WHERE id = $1")
+        .bind(id.0)
+        .bind(to_i64(check_run_id, "check run id")?)
+        .bind(micros(Utc::now()))
+        .execute(conn)
+        .await
+        .map_err(StoreError::db("storing a check run id"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn get_job(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: JobId,
+) -> Result<Option<Job>> {
+    sqlx::query(concat!("SELECT ", job_cols!(), " FROM jobs WHERE id = $1"))
+        .bind(id.0)
+        .fetch_optional(conn)
+        .await
+        .map_err(StoreError::db("reading a job"))?
+        .as_ref()
+        .map(job)
+        .transpose()
+}
+
+pub(crate) async fn active_jobs_for_pull(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    number: u64,
+) -> Result<Vec<Job>> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        job_cols!(),
+        " FROM jobs WHERE repo = $1 AND number = $2 AND state IN ('queued', 'running') ORDER BY id"
+    ))
+    .bind(repo)
+    .bind(to_i64(number, "pull number")?)
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::db("reading a pull request's jobs"))?;
+    all(rows, job)
+}
+
+pub(crate) async fn jobs_for_pull(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    number: u64,
+) -> Result<Vec<Job>> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        job_cols!(),
+        " FROM jobs WHERE repo = $1 AND number = $2 ORDER BY id"
+    ))
+    .bind(repo)
+    .bind(to_i64(number, "pull number")?)
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::db("reading a pull request's jobs"))?;
+    all(rows, job)
+}
+
+pub(crate) async fn count_jobs_by_state(conn: &mut AnyConnection, _: Backend) -> Result<JobCounts> {
+    let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+        .fetch_all(conn)
+        .await
+        .map_err(StoreError::db("counting jobs"))?;
+    let mut counts = JobCounts::default();
+    for row in &rows {
+        let state: String = get(row, "state")?;
+        let state: JobState = state
+            .parse()
+            .map_err(|e| StoreError::invalid("jobs.state", e))?;
+        counts.set(state, get_u64(row, "n")?);
+    }
+    Ok(counts)
+}
+
+// ---------------------------------------------------------------------------------------------
+// outbox
+
+pub(crate) async fn push_outbox(
+    conn: &mut AnyConnection,
+    _: Backend,
+    row: &NewOutbox,
+) -> Result<OutboxId> {
+    let now = micros(Utc::now());
+    let inserted = sqlx::query(
+        "INSERT INTO outbox (job_id, kind, payload, state, attempts, next_attempt_at, created_at, updated_at) \
+         VALUES ($1, $2, $3, 'pending', 0, $4, $4, $4) RETURNING id",
+    )
+    .bind(row.job_id.map(|id| id.0))
+    .bind(&row.kind)
+    .bind(row.payload.to_string())
+    .bind(now)
+    .fetch_one(conn)
+    .await
+    .map_err(StoreError::db("queueing an outbox row"))?;
+    Ok(OutboxId(get(&inserted, "id")?))
+}
+
+/// A pending row is due when its time has come and no earlier row of the same job is still
+/// pending: the rows of one job go out in order (a check run is created before it completes).
+macro_rules! due_where {
+    () => {
+        "state = 'pending' AND next_attempt_at <= $1 AND NOT EXISTS (SELECT 1 FROM outbox earlier \
+         WHERE earlier.job_id = outbox.job_id AND earlier.state = 'pending' AND earlier.id < outbox.id)"
+    };
+}
+
+pub(crate) async fn due_outbox(
+    conn: &mut AnyConnection,
+    _: Backend,
+    now: DateTime<Utc>,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        outbox_cols!(),
+        " FROM outbox WHERE ",
+        due_where!(),
+        " ORDER BY id LIMIT $2"
+    ))
+    .bind(micros(now))
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::db("reading the due outbox"))?;
+    all(rows, outbox)
+}
+
+macro_rules! claim_outbox_sql {
+    ($lock:literal) => {
+        concat!(
+            "UPDATE outbox SET next_attempt_at = $2, updated_at = $1 WHERE id IN (SELECT id FROM outbox WHERE ",
+            due_where!(),
+            " ORDER BY id LIMIT $3",
+            $lock,
+            ") RETURNING ",
+            outbox_cols!()
+        )
+    };
+}
+
+pub(crate) async fn claim_outbox(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    now: DateTime<Utc>,
+    lease: std::time::Duration,
+    limit: u32,
+) -> Result<Vec<OutboxRow>> {
+    let sql = match backend {
+        Backend::Sqlite => claim_outbox_sql!(""),
+        Backend::Postgres => claim_outbox_sql!(" FOR UPDATE SKIP LOCKED"),
+    };
+    let rows = sqlx::query(sql)
+        .bind(micros(now))
+        .bind(micros(lease_until(now, lease)?))
+        .bind(i64::from(limit))
+        .fetch_all(conn)
+        .await
+        .map_err(StoreError::db("claiming outbox rows"))?;
+    let mut rows = all(rows, outbox)?;
+    rows.sort_by_key(|r| r.id);
+    Ok(rows)
+}
+
+pub(crate) async fn get_outbox(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: OutboxId,
+) -> Result<Option<OutboxRow>> {
+    sqlx::query(concat!(
+        "SELECT ",
+        outbox_cols!(),
+        " FROM outbox WHERE id = $1"
+    ))
+    .bind(id.0)
+    .fetch_optional(conn)
+    .await
+    .map_err(StoreError::db("reading an outbox row"))?
+    .as_ref()
+    .map(outbox)
+    .transpose()
+}
+
+pub(crate) async fn outbox_for_job(
+    conn: &mut AnyConnection,
+    _: Backend,
+    job_id: JobId,
+) -> Result<Vec<OutboxRow>> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        outbox_cols!(),
+        " FROM outbox WHERE job_id = $1 ORDER BY id"
+    ))
+    .bind(job_id.0)
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::db("reading a job's outbox rows"))?;
+    all(rows, outbox)
+}
+
+pub(crate) async fn complete_outbox(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: OutboxId,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE outbox SET state = 'done', attempts = attempts + 1, last_error = NULL, updated_at = $2 \
+         WHERE id = $1 AND state = 'pending'",
+    )
+    .bind(id.0)
+    .bind(micros(Utc::now()))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("completing an outbox row"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn retry_outbox(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: OutboxId,
+    next_attempt_at: DateTime<Utc>,
+    error: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3, updated_at = $4 \
+         WHERE id = $1 AND state = 'pending'",
+    )
+    .bind(id.0)
+    .bind(micros(next_attempt_at))
+    .bind(error)
+    .bind(micros(Utc::now()))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("rescheduling an outbox row"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn dead_outbox(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: OutboxId,
+    error: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE outbox SET state = 'dead', attempts = attempts + 1, last_error = $2, updated_at = $3 \
+         WHERE id = $1 AND state = 'pending'",
+    )
+    .bind(id.0)
+    .bind(error)
+    .bind(micros(Utc::now()))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("giving up an outbox row"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(crate) async fn pending_outbox_count(conn: &mut AnyConnection, _: Backend) -> Result<u64> {
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM outbox WHERE state = 'pending'")
+        .fetch_one(conn)
+        .await
+        .map_err(StoreError::db("counting the outbox"))?;
+    get_u64(&row, "n")
+}

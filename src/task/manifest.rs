@@ -1,0 +1,494 @@
+//! `tasks/<repo>/<task-id>/task.toml`: what a task is and how to grade it.
+//!
+//! Parsing is strict (unknown keys are errors) and every error names file, line and field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::error::ManifestError;
+use super::probes::{ProbeSet, load_probes};
+use crate::grading::Category;
+
+/// A validated task, with its hidden probes.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// The directory holding task.toml and prompt.md.
+    pub dir: PathBuf,
+    pub id: String,
+    pub title: String,
+    pub summary: String,
+    /// Upstream repository, `owner/name`.
+    pub repository: String,
+    /// Upstream pull-request number.
+    pub pr: u64,
+    pub base_commit: String,
+    pub reference_commit: String,
+    pub environment: Environment,
+    /// Where the upstream code comes from when the task is validated.
+    pub upstream: Upstream,
+    pub tests: OfficialTests,
+    pub resources: Resources,
+    pub probes: ProbeSet,
+}
+
+impl Task {
+    pub fn manifest_path(&self) -> PathBuf {
+        self.dir.join("task.toml")
+    }
+
+    pub fn prompt_path(&self) -> PathBuf {
+        self.dir.join("prompt.md")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Environment {
+    /// The image the task's environment image is built FROM (see runners/base-image).
+    pub base_image: String,
+    /// The Python version the environment must have (`3.11`).
+    pub python: String,
+    /// A layer shared by several tasks (`runners/layers/<name>/requirements.txt`, for example
+    /// torch), installed between the base image and the task's own packages.
+    #[serde(default)]
+    pub layer: Option<String>,
+    /// pip requirement strings, installed offline from the wheel cache.
+    #[serde(default)]
+    pub packages: Vec<String>,
+    /// A pip constraints file, relative to the task directory.
+    #[serde(default)]
+    pub constraints: Option<PathBuf>,
+    /// pytest plugins loaded with `-p` (plugin autoloading is off in every sandbox).
+    #[serde(default)]
+    pub pytest_plugins: Vec<String>,
+    /// Extra environment variables of every sandbox (never InfraDev's own).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Provenance, for example which releases stand in for the base and reference commits.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// Where `tasks validate` gets the upstream code, offline.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Upstream {
+    /// Top-level import names that belong to the upstream repository (`tasks lint`).
+    pub packages: Vec<String>,
+    pub source: UpstreamSource,
+    /// Provenance: why releases stand in for the commits, and so on.
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum UpstreamSource {
+    /// `base_commit` and `reference_commit` from a local clone of the repository.
+    #[default]
+    Git,
+    /// The last release without the change and the first release with it, as PyPI sdists
+    /// (which must carry the official test files), pinned by SHA-256.
+    Release { base: Release, reference: Release },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// `name==version`.
+    pub name: String,
+    pub version: String,
+    /// SHA-256 of the sdist, lowercase hex.
+    pub sha256: String,
+}
+
+impl std::fmt::Display for Release {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}=={}", self.name, self.version)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfficialTests {
+    /// Official test files, restored from the reference commit before grading.
+    pub files: Vec<String>,
+    pub fail_to_pass: Vec<String>,
+    pub pass_to_pass: Vec<String>,
+    /// The category of an official-test failure when the evidence says nothing more specific.
+    pub default_category: Category,
+}
+
+/// GPUs the task needs: a count, or the exact device ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gpus {
+    Count(u32),
+    Ids(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resources {
+    pub gpus: Gpus,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids: i64,
+    /// Hard limit for one test, enforced inside the sandbox.
+    pub test_timeout_s: u64,
+    pub timeouts: Timeouts,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    pub build_s: u64,
+    pub tests_s: u64,
+    pub probes_s: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    id: Spanned<String>,
+    title: String,
+    summary: String,
+    repository: Spanned<String>,
+    pr: u64,
+    base_commit: Spanned<String>,
+    reference_commit: Spanned<String>,
+    environment: Spanned<Environment>,
+    #[serde(default)]
+    upstream: Option<Spanned<RawUpstream>>,
+    tests: RawTests,
+    resources: RawResources,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum ValidateFrom {
+    Git,
+    Release,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstream {
+    #[serde(default)]
+    packages: Vec<String>,
+    validate_from: ValidateFrom,
+    #[serde(default)]
+    base_release: Option<Spanned<String>>,
+    #[serde(default)]
+    reference_release: Option<Spanned<String>>,
+    #[serde(default)]
+    base_sha256: Option<Spanned<String>>,
+    #[serde(default)]
+    reference_sha256: Option<Spanned<String>>,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTests {
+    files: Vec<String>,
+    fail_to_pass: Vec<Spanned<String>>,
+    #[serde(default)]
+    pass_to_pass: Vec<Spanned<String>>,
+    default_category: Spanned<Category>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResources {
+    #[serde(default)]
+    gpus: u32,
+    #[serde(default)]
+    gpu_ids: Option<Spanned<Vec<String>>>,
+    memory_mb: Spanned<u64>,
+    cpus: Spanned<f64>,
+    pids: Spanned<i64>,
+    test_timeout_s: Spanned<u64>,
+    timeouts: Timeouts,
+}
+
+/// Loads `<dir>/task.toml` and the probes in `probes_dir`.
+pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
+    let file = dir.join("task.toml");
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| ManifestError::whole_file(&file, format!("cannot read: {e}")))?;
+    let raw: RawTask =
+        toml::from_str(&text).map_err(|e| ManifestError::from_toml(&file, &text, &e))?;
+    let err = |span: std::ops::Range<usize>, field: &str, msg: String| {
+        ManifestError::at(&file, &text, span, Some(field), msg)
+    };
+
+    if !is_task_id(raw.id.get_ref()) {
+        return Err(err(
+            raw.id.span(),
+            "id",
+            "must be lowercase letters, digits and '-'".into(),
+        ));
+    }
+    if !raw
+        .repository
+        .get_ref()
+        .split_once('/')
+        .is_some_and(|(o, n)| !o.is_empty() && !n.is_empty())
+    {
+        return Err(err(
+            raw.repository.span(),
+            "repository",
+            "must be `owner/name`".into(),
+        ));
+    }
+    for (field, sha) in [
+        ("base_commit", &raw.base_commit),
+        ("reference_commit", &raw.reference_commit),
+    ] {
+        if !is_full_sha(sha.get_ref()) {
+            return Err(err(
+                sha.span(),
+                field,
+                format!("`{}` is not a 40-hex commit SHA", sha.get_ref()),
+            ));
+        }
+    }
+    if raw.base_commit.get_ref() == raw.reference_commit.get_ref() {
+        return Err(err(
+            raw.reference_commit.span(),
+            "reference_commit",
+            "equals base_commit".into(),
+        ));
+    }
+    for (field, ids) in [
+        ("tests.fail_to_pass", &raw.tests.fail_to_pass),
+        ("tests.pass_to_pass", &raw.tests.pass_to_pass),
+    ] {
+        for id in ids {
+            let file_part = id.get_ref().split("::").next().unwrap_or_default();
+            if !id.get_ref().contains("::") {
+                return Err(err(
+                    id.span(),
+                    field,
+                    format!("`{}` is not a pytest node id (`file::test`)", id.get_ref()),
+                ));
+            }
+            if field == "tests.fail_to_pass" && !raw.tests.files.iter().any(|f| f == file_part) {
+                return Err(err(
+                    id.span(),
+                    field,
+                    format!(
+                        "`{file_part}` is not listed in tests.files, so it would not be restored from the reference"
+                    ),
+                ));
+            }
+        }
+    }
+    let default_category = *raw.tests.default_category.get_ref();
+    if matches!(default_category, Category::Build | Category::Infra) {
+        return Err(err(
+            raw.tests.default_category.span(),
+            "tests.default_category",
+            format!("`{default_category}` is decided by evidence, not declared"),
+        ));
+    }
+    let r = &raw.resources;
+    let positive = [
+        (
+            "resources.memory_mb",
+            r.memory_mb.span(),
+            *r.memory_mb.get_ref() > 0,
+        ),
+        ("resources.cpus", r.cpus.span(), *r.cpus.get_ref() > 0.0),
+        ("resources.pids", r.pids.span(), *r.pids.get_ref() > 0),
+        (
+            "resources.test_timeout_s",
+            r.test_timeout_s.span(),
+            *r.test_timeout_s.get_ref() > 0,
+        ),
+    ];
+    if let Some((field, span, _)) = positive.into_iter().find(|(_, _, ok)| !ok) {
+        return Err(err(span, field, "must be greater than zero".into()));
+    }
+    let gpus = match &r.gpu_ids {
+        Some(ids) if r.gpus != 0 => {
+            return Err(err(
+                ids.span(),
+                "resources.gpu_ids",
+                "give either gpus (a count) or gpu_ids, not both".into(),
+            ));
+        }
+        Some(ids) => Gpus::Ids(ids.get_ref().clone()),
+        None => Gpus::Count(r.gpus),
+    };
+
+    let environment_span = raw.environment.span();
+    let environment = raw.environment.into_inner();
+    for key in environment.env.keys() {
+        let ours = RESERVED_ENV.contains(&key.as_str()) || key.starts_with("INFRADEV_");
+        if ours || key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(err(
+                environment_span.clone(),
+                "environment.env",
+                format!("`{key}` cannot be set by a task (a reserved or malformed name)"),
+            ));
+        }
+    }
+    if let Some(layer) = &environment.layer
+        && !is_task_id(layer.replace('.', "-").as_str())
+    {
+        return Err(err(
+            environment_span,
+            "environment.layer",
+            format!("`{layer}` must be lowercase letters, digits, '.' and '-'"),
+        ));
+    }
+    let upstream = match raw.upstream {
+        None => Upstream::default(),
+        Some(u) => upstream(u, &err)?,
+    };
+    let probes = load_probes(probes_dir, raw.id.get_ref())?;
+    Ok(Task {
+        dir: dir.to_path_buf(),
+        id: raw.id.into_inner(),
+        title: raw.title,
+        summary: raw.summary,
+        repository: raw.repository.into_inner(),
+        pr: raw.pr,
+        base_commit: raw.base_commit.into_inner(),
+        reference_commit: raw.reference_commit.into_inner(),
+        environment,
+        upstream,
+        tests: OfficialTests {
+            files: raw.tests.files,
+            fail_to_pass: raw
+                .tests
+                .fail_to_pass
+                .into_iter()
+                .map(Spanned::into_inner)
+                .collect(),
+            pass_to_pass: raw
+                .tests
+                .pass_to_pass
+                .into_iter()
+                .map(Spanned::into_inner)
+                .collect(),
+            default_category,
+        },
+        resources: Resources {
+            gpus,
+            memory_mb: r.memory_mb.clone().into_inner(),
+            cpus: r.cpus.clone().into_inner(),
+            pids: r.pids.clone().into_inner(),
+            test_timeout_s: r.test_timeout_s.clone().into_inner(),
+            timeouts: r.timeouts,
+        },
+        probes,
+    })
+}
+
+/// Variables every sandbox sets itself (see `sandbox::command`).
+const RESERVED_ENV: &[&str] = &[
+    "PYTHONPATH",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONNOUSERSITE",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+    "HOME",
+    "TMPDIR",
+    "PATH",
+    "LANG",
+];
+
+type ErrAt<'a> = dyn Fn(std::ops::Range<usize>, &str, String) -> ManifestError + 'a;
+
+fn upstream(raw: Spanned<RawUpstream>, err: &ErrAt<'_>) -> Result<Upstream, ManifestError> {
+    let span = raw.span();
+    let raw = raw.into_inner();
+    let source = match raw.validate_from {
+        ValidateFrom::Git => {
+            for (field, value) in [
+                ("upstream.base_release", &raw.base_release),
+                ("upstream.reference_release", &raw.reference_release),
+                ("upstream.base_sha256", &raw.base_sha256),
+                ("upstream.reference_sha256", &raw.reference_sha256),
+            ] {
+                if let Some(v) = value {
+                    return Err(err(
+                        v.span(),
+                        field,
+                        "only for validate_from = \"release\"".into(),
+                    ));
+                }
+            }
+            UpstreamSource::Git
+        }
+        ValidateFrom::Release => {
+            let release = |req: &Option<Spanned<String>>,
+                           sha: &Option<Spanned<String>>,
+                           which: &str|
+             -> Result<Release, ManifestError> {
+                let req = req.as_ref().ok_or_else(|| {
+                    err(
+                        span.clone(),
+                        &format!("upstream.{which}_release"),
+                        "missing (validate_from = \"release\" needs both releases)".into(),
+                    )
+                })?;
+                let Some((name, version)) = req
+                    .get_ref()
+                    .split_once("==")
+                    .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
+                else {
+                    return Err(err(
+                        req.span(),
+                        &format!("upstream.{which}_release"),
+                        format!("`{}` is not `name==version`", req.get_ref()),
+                    ));
+                };
+                let sha = sha.as_ref().ok_or_else(|| {
+                    err(
+                        span.clone(),
+                        &format!("upstream.{which}_sha256"),
+                        "missing: every release is pinned by the SHA-256 of its sdist".into(),
+                    )
+                })?;
+                if sha.get_ref().len() != 64
+                    || !sha
+                        .get_ref()
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                {
+                    return Err(err(
+                        sha.span(),
+                        &format!("upstream.{which}_sha256"),
+                        "must be 64 lowercase hex digits".into(),
+                    ));
+                }
+                Ok(Release {
+                    name: name.trim().to_owned(),
+                    version: version.trim().to_owned(),
+                    sha256: sha.get_ref().clone(),
+                })
+            };
+            UpstreamSource::Release {
+                base: release(&raw.base_release, &raw.base_sha256, "base")?,
+                reference: release(&raw.reference_release, &raw.reference_sha256, "reference")?,
+            }
+        }
+    };
+    Ok(Upstream {
+        packages: raw.packages,
+        source,
+        note: raw.note,
+    })
+}
+
+fn is_task_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+pub(crate) fn is_full_sha(s: &str) -> bool {
+    s.len() == 40
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}

@@ -1,0 +1,14 @@
+//! Tasks: the manifest format, the hidden-probe manifest, and discovery on disk.
+
+mod error;
+mod manifest;
+mod probes;
+mod registry;
+
+pub use error::ManifestError;
+pub use manifest::{
+    Environment, Gpus, OfficialTests, Release, Resources, Task, Timeouts, Upstream, UpstreamSource,
+    load_task,
+};
+pub use probes::{Budget, Probe, ProbeSet, load_probes};
+pub use registry::{CheckProblem, Registry, check_task};

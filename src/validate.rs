@@ -1,0 +1,637 @@
+//! `infradev tasks validate`: proves a task is sound by grading real upstream code with it.
+//!
+//! * the **base** (the official test files restored from the reference, nothing else
+//!   changed): every FAIL_TO_PASS test fails, every PASS_TO_PASS test passes, and every probe
+//!   fails unless it is marked `checks_base_behaviour` (then it passes);
+//! * the **reference**, several times: everything passes, with the same outcomes each run;
+//! * a **null patch** (an empty commit on the base): the verdict is not `resolved`.
+//!
+//! The upstream code comes from a local git clone (exact commits) or from the release sdists
+//! that stand in for them (task.toml says which, and why). Each run goes through
+//! [`grade_submission`], the one grading flow. The record (image ids, outcomes, durations,
+//! checks) is written to `validation.json` beside task.toml.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::fetch::{Cache, fetch_sdist};
+use crate::grade::{ExecutorChoice, GradeRequest, grade_submission};
+use crate::grading::{Expectation, Outcome, Verdict};
+use crate::report::Report;
+use crate::sandbox::docker::{DockerExecutor, EnvImage};
+use crate::task::{Release, Task, UpstreamSource};
+
+/// The file written beside task.toml.
+pub const VALIDATION_FILE: &str = "validation.json";
+const SCHEMA_VERSION: u32 = 1;
+
+/// How to validate.
+#[derive(Debug, Clone)]
+pub struct ValidateOptions {
+    /// The repository's runners/ folder.
+    pub runners: PathBuf,
+    pub cache: Cache,
+    /// A local clone of the upstream repository (git-sourced tasks); defaults to the cache's.
+    pub git: Option<PathBuf>,
+    /// How many times the reference is graded (flake detection).
+    pub reference_runs: usize,
+    /// Where records go instead of beside task.toml (`<task-id>.validation.json`).
+    pub out_dir: Option<PathBuf>,
+}
+
+impl ValidateOptions {
+    /// Where a task's record is written.
+    pub fn record_path(&self, task: &Task) -> PathBuf {
+        match &self.out_dir {
+            Some(dir) => dir.join(format!("{}.{VALIDATION_FILE}", task.id)),
+            None => task.dir.join(VALIDATION_FILE),
+        }
+    }
+}
+
+/// What `validation.json` holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Validation {
+    pub schema_version: u32,
+    pub task: String,
+    pub infradev_version: String,
+    /// RFC 3339, UTC.
+    pub validated_at: String,
+    pub ok: bool,
+    pub source: SourceRecord,
+    /// Each environment layer: the tag and the image id, base first.
+    pub images: Vec<ImageRecord>,
+    pub runs: Vec<RunRecord>,
+    pub checks: Vec<CheckRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    /// `git` or `release`.
+    pub kind: String,
+    pub base: String,
+    pub reference: String,
+    /// The commits graded (in a git source, the upstream ones).
+    pub base_commit: String,
+    pub reference_commit: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageRecord {
+    pub tag: String,
+    pub id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// `base`, `reference-1` … `reference-N`, `null-patch`.
+    pub name: String,
+    pub head: String,
+    pub verdict: String,
+    pub duration_s: f64,
+    /// Test or probe id → outcome (`passed`, `failed`, `skipped`, `not_run`).
+    pub outcomes: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    pub name: String,
+    pub ok: bool,
+    /// What was wrong, naming each test; empty when the check passed.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub problems: Vec<String>,
+}
+
+/// Validates one task and writes its validation.json. Errors are infrastructure failures
+/// (no Docker, a download failed); a task that does not hold up is an `Ok` with `ok: false`.
+pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Result<Validation> {
+    let source = Source::prepare(task, opts).await?;
+    let mut graded_task = task.clone();
+    graded_task.base_commit = source.base.clone();
+    graded_task.reference_commit = source.reference.clone();
+
+    let docker = DockerExecutor::connect().await?;
+    let image = EnvImage::ensure(
+        &docker,
+        &graded_task,
+        &opts.runners,
+        Some(&opts.cache.wheels()),
+    )
+    .await
+    .context("building the task's environment image")?;
+
+    let mut plan = vec![("base".to_owned(), source.base.clone())];
+    for i in 1..=opts.reference_runs.max(1) {
+        plan.push((format!("reference-{i}"), source.reference.clone()));
+    }
+    plan.push(("null-patch".to_owned(), source.null.clone()));
+
+    let mut reports = Vec::new();
+    for (name, head) in &plan {
+        eprintln!("validate {}: grading the {name} ({})", task.id, short(head));
+        let request = GradeRequest {
+            task: graded_task.clone(),
+            repo: source.repo.clone(),
+            head: head.clone(),
+            lib: opts.runners.join("python"),
+            executor: ExecutorChoice::Docker {
+                wheels: Some(opts.cache.wheels()),
+            },
+            keep_workdir: false,
+        };
+        let report = grade_submission(&request, &|_| {})
+            .await
+            .with_context(|| format!("grading the {name}"))?;
+        eprintln!(
+            "validate {}: {name}: {} ({})",
+            task.id,
+            report.grade.verdict.as_str(),
+            report.grade.reason
+        );
+        reports.push((name.clone(), report));
+    }
+    let base_behaviour: Vec<String> = task
+        .probes
+        .probes
+        .iter()
+        .filter(|p| p.checks_base_behaviour)
+        .map(|p| p.test.clone())
+        .collect();
+    let summaries: Vec<RunSummary> = reports
+        .iter()
+        .map(|(n, r)| RunSummary::from_report(n, r))
+        .collect();
+    let checks = judge(&base_behaviour, &summaries);
+    let validation = Validation {
+        schema_version: SCHEMA_VERSION,
+        task: task.id.clone(),
+        infradev_version: env!("CARGO_PKG_VERSION").to_owned(),
+        validated_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        ok: checks.iter().all(|c| c.ok),
+        source: source.record,
+        images: image
+            .layers
+            .iter()
+            .map(|(tag, id)| ImageRecord {
+                tag: tag.clone(),
+                id: id.clone(),
+            })
+            .collect(),
+        runs: reports.iter().map(|(n, r)| run_record(n, r)).collect(),
+        checks,
+    };
+    let path = opts.record_path(task);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&validation)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(validation)
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(10)]
+}
+
+fn run_record(name: &str, report: &Report) -> RunRecord {
+    RunRecord {
+        name: name.to_owned(),
+        head: report.submission.head.clone(),
+        verdict: report.grade.verdict.as_str().to_owned(),
+        duration_s: (report.phases.iter().map(|p| p.duration_s).sum::<f64>() * 10.0).round() / 10.0,
+        outcomes: report
+            .grade
+            .tests
+            .iter()
+            .map(|t| {
+                (
+                    t.evidence.id.clone(),
+                    t.evidence.outcome.as_str().to_owned(),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// One graded run, as the checks see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// `base`, `reference-<n>` or `null-patch`.
+    pub name: String,
+    pub verdict: Verdict,
+    pub reason: String,
+    /// Every expected test and probe with its outcome.
+    pub tests: Vec<(Expectation, String, Outcome)>,
+}
+
+impl RunSummary {
+    pub fn from_report(name: &str, report: &Report) -> RunSummary {
+        RunSummary {
+            name: name.to_owned(),
+            verdict: report.grade.verdict,
+            reason: report.grade.reason.clone(),
+            tests: report
+                .grade
+                .tests
+                .iter()
+                .map(|t| (t.expectation, t.evidence.id.clone(), t.evidence.outcome))
+                .collect(),
+        }
+    }
+}
+
+/// The checks, from the graded runs. Pure: table-tested below. `base_behaviour` lists the
+/// probes (by test id) marked `checks_base_behaviour`.
+pub fn judge(base_behaviour: &[String], runs: &[RunSummary]) -> Vec<CheckRecord> {
+    let find = |name: &str| runs.iter().find(|r| r.name == name);
+    let mut checks = Vec::new();
+
+    let mut problems = Vec::new();
+    if let Some(base) = find("base") {
+        for (expectation, id, outcome) in &base.tests {
+            let passed = *outcome == Outcome::Passed;
+            let marked = base_behaviour.contains(id);
+            match expectation {
+                Expectation::FailToPass if passed => {
+                    problems.push(format!("FAIL_TO_PASS `{id}` passes on the base"))
+                }
+                Expectation::PassToPass if !passed => problems.push(format!(
+                    "PASS_TO_PASS `{id}` is {} on the base",
+                    outcome.as_str()
+                )),
+                Expectation::Probe if marked && !passed => problems.push(format!(
+                    "probe `{id}` is marked checks_base_behaviour but is {} on the base",
+                    outcome.as_str()
+                )),
+                Expectation::Probe if !marked && passed => problems.push(format!(
+                    "probe `{id}` passes on the base: it checks nothing the change adds \
+                     (mark it checks_base_behaviour if that is intended)"
+                )),
+                _ => {}
+            }
+        }
+        if base.verdict == Verdict::Error {
+            problems.push(format!("the base could not be graded: {}", base.reason));
+        }
+    } else {
+        problems.push("the base was not graded".into());
+    }
+    checks.push(check(
+        "base: FAIL_TO_PASS and new probes fail, the rest passes",
+        problems,
+    ));
+
+    let references: Vec<&RunSummary> = runs
+        .iter()
+        .filter(|r| r.name.starts_with("reference"))
+        .collect();
+    let mut problems = Vec::new();
+    for (i, r) in references.iter().enumerate() {
+        for (_, id, outcome) in r.tests.iter().filter(|t| t.2 != Outcome::Passed) {
+            problems.push(format!("run {}: `{id}` is {}", i + 1, outcome.as_str()));
+        }
+    }
+    if references.is_empty() {
+        problems.push("the reference was not graded".into());
+    }
+    checks.push(check("reference: everything passes", problems));
+
+    let mut problems = Vec::new();
+    if let Some(first) = references.first() {
+        let outcomes = |r: &RunSummary| -> BTreeMap<String, Outcome> {
+            r.tests.iter().map(|(_, id, o)| (id.clone(), *o)).collect()
+        };
+        let want = outcomes(first);
+        for (i, r) in references.iter().enumerate().skip(1) {
+            for (id, got) in outcomes(r) {
+                if want.get(&id) != Some(&got) {
+                    problems.push(format!(
+                        "`{id}` is {} in run 1 and {} in run {}",
+                        want.get(&id).map_or("absent", |o| o.as_str()),
+                        got.as_str(),
+                        i + 1
+                    ));
+                }
+            }
+        }
+    }
+    checks.push(check(
+        &format!(
+            "reference: identical outcomes in {} runs (no flake)",
+            references.len()
+        ),
+        problems,
+    ));
+
+    let problems = match find("null-patch") {
+        Some(r) if r.verdict == Verdict::Resolved => {
+            vec!["an empty change is graded resolved".to_owned()]
+        }
+        Some(_) => Vec::new(),
+        None => vec!["the null patch was not graded".into()],
+    };
+    checks.push(check("null patch: not resolved", problems));
+    checks
+}
+
+fn check(name: &str, problems: Vec<String>) -> CheckRecord {
+    CheckRecord {
+        name: name.to_owned(),
+        ok: problems.is_empty(),
+        problems,
+    }
+}
+
+/// A private git repository holding the base, the reference and a null patch.
+struct Source {
+    _dir: tempfile::TempDir,
+    repo: PathBuf,
+    base: String,
+    reference: String,
+    null: String,
+    record: SourceRecord,
+}
+
+impl Source {
+    async fn prepare(task: &Task, opts: &ValidateOptions) -> anyhow::Result<Source> {
+        let dir = tempfile::tempdir().context("cannot create a work dir")?;
+        let repo = dir.path().join("upstream");
+        let (base, reference, record) = match &task.upstream.source {
+            UpstreamSource::Git => {
+                let clone = opts
+                    .git
+                    .clone()
+                    .unwrap_or_else(|| opts.cache.upstream_git(&task.repository));
+                if !clone.exists() {
+                    bail!(
+                        "task `{}` is validated from git, and there is no clone of {} at {} \
+                         (pass --git <clone>, or clone it there)",
+                        task.id,
+                        task.repository,
+                        clone.display()
+                    );
+                }
+                git(
+                    dir.path(),
+                    &[
+                        "clone",
+                        "--quiet",
+                        "--shared",
+                        "--no-checkout",
+                        &clone.display().to_string(),
+                        "upstream",
+                    ],
+                )?;
+                for (field, sha) in [
+                    ("base_commit", &task.base_commit),
+                    ("reference_commit", &task.reference_commit),
+                ] {
+                    git(&repo, &["cat-file", "-e", &format!("{sha}^{{commit}}")])
+                        .with_context(|| format!("{field} {sha} is not in {}", clone.display()))?;
+                }
+                let record = SourceRecord {
+                    kind: "git".into(),
+                    base: task.base_commit.clone(),
+                    reference: task.reference_commit.clone(),
+                    base_commit: task.base_commit.clone(),
+                    reference_commit: task.reference_commit.clone(),
+                    note: task.upstream.note.clone(),
+                };
+                (
+                    task.base_commit.clone(),
+                    task.reference_commit.clone(),
+                    record,
+                )
+            }
+            UpstreamSource::Release { base, reference } => {
+                let base_sdist = fetch_sdist(base, &opts.cache).await?;
+                let reference_sdist = fetch_sdist(reference, &opts.cache).await?;
+                std::fs::create_dir_all(&repo)?;
+                git(&repo, &["init", "--quiet"])?;
+                let base_sha = commit_sdist(&repo, &base_sdist, base, None)?;
+                let reference_sha =
+                    commit_sdist(&repo, &reference_sdist, reference, Some(&base_sha))?;
+                let record = SourceRecord {
+                    kind: "release".into(),
+                    base: base.to_string(),
+                    reference: reference.to_string(),
+                    base_commit: base_sha.clone(),
+                    reference_commit: reference_sha.clone(),
+                    note: task.upstream.note.clone(),
+                };
+                (base_sha, reference_sha, record)
+            }
+        };
+        let null = git(
+            &repo,
+            &[
+                "commit-tree",
+                &format!("{base}^{{tree}}"),
+                "-p",
+                &base,
+                "-m",
+                "null patch: no change",
+            ],
+        )?;
+        Ok(Source {
+            _dir: dir,
+            repo,
+            base,
+            reference,
+            null,
+            record,
+        })
+    }
+}
+
+/// Commits an sdist's tree (its top folder stripped) on top of `parent`, replacing the tree.
+fn commit_sdist(
+    repo: &Path,
+    sdist: &Path,
+    release: &Release,
+    parent: Option<&str>,
+) -> anyhow::Result<String> {
+    let work = tempfile::tempdir()?;
+    let status = Command::new("tar")
+        .arg("-xzf")
+        .arg(sdist)
+        .arg("--strip-components=1")
+        .arg("--no-same-owner")
+        .arg("-C")
+        .arg(work.path())
+        .status()
+        .context("cannot run tar")?;
+    if !status.success() {
+        bail!("cannot unpack {}", sdist.display());
+    }
+    let index = repo.join(".git").join(format!("index-{}", release.version));
+    let env = [
+        ("GIT_INDEX_FILE", index.as_os_str()),
+        ("GIT_WORK_TREE", work.path().as_os_str()),
+    ];
+    let run = |args: &[&str]| git_env(repo, &env, args);
+    run(&["add", "--all", "--force", "."])?;
+    let tree = run(&["write-tree"])?;
+    let message = format!("{release} (sdist)");
+    let mut args = vec!["commit-tree", tree.as_str(), "-m", message.as_str()];
+    if let Some(p) = parent {
+        args.extend(["-p", p]);
+    }
+    run(&args)
+}
+
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    git_env(dir, &[], args)
+}
+
+/// Runs git in `dir` as the validation's own committer, with fixed dates so that the same
+/// sdists always give the same commits.
+fn git_env(dir: &Path, env: &[(&str, &OsStr)], args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "infradev")
+        .env("GIT_AUTHOR_EMAIL", "infradev@localhost")
+        .env("GIT_COMMITTER_NAME", "infradev")
+        .env("GIT_COMMITTER_EMAIL", "infradev@localhost")
+        .env("GIT_AUTHOR_DATE", "2000-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2000-01-01T00:00:00Z")
+        .envs(env.iter().copied())
+        .output()
+        .context("cannot run git")?;
+    if !out.status.success() {
+        bail!(
+            "git {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Expectation::{FailToPass as F2P, PassToPass as P2P, Probe};
+    use Outcome::{Failed, NotRun, Passed};
+
+    fn run(name: &str, verdict: Verdict, tests: &[(Expectation, &str, Outcome)]) -> RunSummary {
+        RunSummary {
+            name: name.into(),
+            verdict,
+            reason: "because".into(),
+            tests: tests
+                .iter()
+                .map(|(e, id, o)| (*e, (*id).to_owned(), *o))
+                .collect(),
+        }
+    }
+
+    type Tests = &'static [(Expectation, &'static str, Outcome)];
+
+    const GOOD_BASE: Tests = &[
+        (F2P, "t::new", Failed),
+        (P2P, "t::old", Passed),
+        (Probe, "p::new", Failed),
+        (Probe, "p::guard", Passed),
+    ];
+    const ALL_PASS: Tests = &[
+        (F2P, "t::new", Passed),
+        (P2P, "t::old", Passed),
+        (Probe, "p::new", Passed),
+        (Probe, "p::guard", Passed),
+    ];
+
+    fn problems(
+        base: &[(Expectation, &str, Outcome)],
+        refs: &[&[(Expectation, &str, Outcome)]],
+        null: Verdict,
+    ) -> Vec<Vec<String>> {
+        let mut runs = vec![run("base", Verdict::Unresolved, base)];
+        for (i, r) in refs.iter().enumerate() {
+            runs.push(run(&format!("reference-{}", i + 1), Verdict::Resolved, r));
+        }
+        runs.push(run("null-patch", null, base));
+        judge(&["p::guard".to_owned()], &runs)
+            .into_iter()
+            .map(|c| {
+                assert_eq!(c.ok, c.problems.is_empty());
+                c.problems
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_sound_task_passes_every_check() {
+        let found = problems(
+            GOOD_BASE,
+            &[ALL_PASS, ALL_PASS, ALL_PASS],
+            Verdict::Unresolved,
+        );
+        assert!(found.iter().all(Vec::is_empty), "{found:?}");
+    }
+
+    #[test]
+    fn each_broken_expectation_is_named() {
+        let table: &[(Tests, usize, &str)] = &[
+            (
+                &[(F2P, "t::new", Passed)],
+                0,
+                "FAIL_TO_PASS `t::new` passes on the base",
+            ),
+            (
+                &[(P2P, "t::old", NotRun)],
+                0,
+                "PASS_TO_PASS `t::old` is not_run on the base",
+            ),
+            (
+                &[(Probe, "p::new", Passed)],
+                0,
+                "probe `p::new` passes on the base",
+            ),
+            (
+                &[(Probe, "p::guard", Failed)],
+                0,
+                "probe `p::guard` is marked checks_base_behaviour",
+            ),
+        ];
+        for (base, check, words) in table {
+            let found = problems(base, &[ALL_PASS], Verdict::Unresolved);
+            assert!(
+                found[*check].iter().any(|p| p.contains(words)),
+                "{words}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failing_or_flaky_reference_and_a_resolved_null_patch_are_caught() {
+        let failing: &[(Expectation, &str, Outcome)] =
+            &[(F2P, "t::new", Failed), (Probe, "p::new", Passed)];
+        let found = problems(GOOD_BASE, &[ALL_PASS, failing], Verdict::Resolved);
+        assert!(
+            found[1]
+                .iter()
+                .any(|p| p.contains("run 2: `t::new` is failed")),
+            "{found:?}"
+        );
+        assert!(
+            found[2]
+                .iter()
+                .any(|p| p.contains("`t::new` is passed in run 1 and failed in run 2")),
+            "{found:?}"
+        );
+        assert_eq!(
+            found[3],
+            vec!["an empty change is graded resolved".to_owned()]
+        );
+    }
+}

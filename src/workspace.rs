@@ -1,0 +1,189 @@
+//! A private work dir holding the submission at its head commit. The user's checkout is never
+//! written to: we clone it (objects shared read-only) and work on the clone.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// One changed path between the base and the head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// git's status letter: A, M, D, R, C, T.
+    pub status: char,
+    pub path: String,
+}
+
+/// The private copy of a submission.
+pub struct Workspace {
+    dir: tempfile::TempDir,
+    pub repo: PathBuf,
+    pub head: String,
+}
+
+/// Why a head cannot be graded against a base: the change "does not apply".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ApplyError(pub String);
+
+impl Workspace {
+    /// Clones `source` into a new private directory and checks out `rev` detached.
+    /// Fails (as a usage error) when `rev` does not name a commit in `source`.
+    pub fn materialize(source: &Path, rev: &str) -> anyhow::Result<Workspace> {
+        let head = git(
+            source,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("{rev}^{{commit}}"),
+            ],
+        )
+        .with_context(|| format!("`{rev}` is not a commit in {}", source.display()))?;
+        let dir = tempfile::Builder::new()
+            .prefix("infradev-grade-")
+            .tempdir()
+            .context("cannot create the work dir")?;
+        let repo = dir.path().join("repo");
+        // Output is captured: a mirror holding only fetched commits (no branches) is "empty"
+        // to clone, which git warns about although every object is shared.
+        let out = Command::new("git")
+            .args(["clone", "--quiet", "--shared", "--no-checkout"])
+            .arg(source)
+            .arg(&repo)
+            .output()
+            .context("cannot run git clone")?;
+        if !out.status.success() {
+            bail!(
+                "git clone of {} failed: {}",
+                source.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        git(
+            &repo,
+            &[
+                "-c",
+                "advice.detachedHead=false",
+                "checkout",
+                "--quiet",
+                "--detach",
+                &head,
+            ],
+        )?;
+        Ok(Workspace { dir, repo, head })
+    }
+
+    /// The private directory holding the clone; everything we write goes below it.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Keeps the work dir on disk (for debugging) and returns its path.
+    pub fn keep(self) -> PathBuf {
+        self.dir.keep()
+    }
+
+    /// The paths the head changes relative to `base`, or why the head does not apply there.
+    pub fn changes_since(&self, base: &str) -> anyhow::Result<Result<Vec<Change>, ApplyError>> {
+        if git(
+            &self.repo,
+            &["cat-file", "-e", &format!("{base}^{{commit}}")],
+        )
+        .is_err()
+        {
+            return Ok(Err(ApplyError(format!(
+                "the task's base commit {base} is not in the submission's history"
+            ))));
+        }
+        if git(
+            &self.repo,
+            &["merge-base", "--is-ancestor", base, &self.head],
+        )
+        .is_err()
+        {
+            return Ok(Err(ApplyError(format!(
+                "the head {} is not built on the task's base commit {base}",
+                self.head
+            ))));
+        }
+        let out = git(
+            &self.repo,
+            &[
+                "diff",
+                "--name-status",
+                "--no-renames",
+                "-z",
+                base,
+                &self.head,
+            ],
+        )?;
+        let mut fields = out.split('\0').filter(|s| !s.is_empty());
+        let mut changes = Vec::new();
+        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+            changes.push(Change {
+                status: status.chars().next().unwrap_or('M'),
+                path: path.to_owned(),
+            });
+        }
+        Ok(Ok(changes))
+    }
+
+    /// The text of `path` at `commit`, if it exists there.
+    pub fn read_at(&self, commit: &str, path: &str) -> Option<String> {
+        // Byte for byte (not trimmed like other git output): compared with files on disk.
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&self.repo)
+            .args(["show", &format!("{commit}:{path}")])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Whether `commit` exists in the clone.
+    pub fn has_commit(&self, commit: &str) -> bool {
+        git(
+            &self.repo,
+            &["cat-file", "-e", &format!("{commit}^{{commit}}")],
+        )
+        .is_ok()
+    }
+
+    /// Sets `path` in the work tree to its content at `commit`, or removes it when it does not
+    /// exist there.
+    pub fn reset_path(&self, commit: &str, path: &str) -> anyhow::Result<()> {
+        if git(&self.repo, &["cat-file", "-e", &format!("{commit}:{path}")]).is_ok() {
+            git(&self.repo, &["checkout", "--quiet", commit, "--", path])?;
+        } else {
+            let full = self.repo.join(path);
+            if full.exists() {
+                std::fs::remove_file(&full)
+                    .with_context(|| format!("cannot remove {}", full.display()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs git in `dir` and returns its trimmed stdout; a non-zero exit is an error with stderr.
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .context("cannot run git (is it installed?)")?;
+    if !out.status.success() {
+        bail!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .trim_end_matches('\n')
+        .to_owned())
+}

@@ -1,0 +1,197 @@
+//! `infradev tasks check|list|show` through the real binary: every manifest error names the
+//! file, the line and the field.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::{TASK, copy_dir, root};
+
+/// A root holding a copy of the example task and its probes, to break on purpose.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(
+            &root().join("tasks/example").join(TASK),
+            &dir.path().join("tasks/example").join(TASK),
+        );
+        copy_dir(
+            &root().join("probes").join(TASK),
+            &dir.path().join("probes").join(TASK),
+        );
+        Scratch { dir }
+    }
+
+    fn task_toml(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join("tasks/example")
+            .join(TASK)
+            .join("task.toml")
+    }
+
+    fn probes_toml(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join("probes")
+            .join(TASK)
+            .join("probes.toml")
+    }
+
+    /// Replaces the first line starting with `key` in `file`; returns that line's number.
+    fn replace_line(&self, file: &Path, key: &str, new: &str) -> usize {
+        let text = std::fs::read_to_string(file).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        let at = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("no `{key}` line"));
+        lines[at] = new.to_owned();
+        std::fs::write(file, lines.join("\n") + "\n").unwrap();
+        at + 1
+    }
+
+    fn check(&self) -> (i32, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
+            .arg("--root")
+            .arg(self.dir.path())
+            .args(["tasks", "check"])
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+}
+
+#[track_caller]
+fn assert_names(output: &str, file: &Path, line: usize, field: &str, words: &str) {
+    let prefix = format!("{}:{line}:", file.display());
+    let hit = output.lines().find(|l| l.starts_with(&prefix));
+    let hit = hit.unwrap_or_else(|| panic!("no error at {prefix} in:\n{output}"));
+    assert!(
+        hit.contains(&format!("field `{field}`")),
+        "the error names `{field}`: {hit}"
+    );
+    assert!(hit.contains(words), "the error says `{words}`: {hit}");
+}
+
+#[test]
+fn the_shipped_tasks_check_clean() {
+    let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
+        .arg("--root")
+        .arg(root())
+        .args(["tasks", "check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("no problems"), "{text}");
+}
+
+#[test]
+fn an_unknown_key_is_named_with_its_line() {
+    let s = Scratch::new();
+    let line = s.replace_line(&s.task_toml(), "title", "colour = \"red\"");
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert_names(&out, &s.task_toml(), line, "colour", "unknown field");
+}
+
+#[test]
+fn a_bad_commit_is_named_with_its_line() {
+    let s = Scratch::new();
+    let line = s.replace_line(&s.task_toml(), "base_commit", "base_commit = \"abc123\"");
+    let (code, out) = s.check();
+    assert_eq!(code, 2);
+    assert_names(
+        &out,
+        &s.task_toml(),
+        line,
+        "base_commit",
+        "not a 40-hex commit SHA",
+    );
+}
+
+#[test]
+fn a_value_of_the_wrong_type_is_named_with_its_line() {
+    let s = Scratch::new();
+    let line = s.replace_line(&s.task_toml(), "pr =", "pr = \"one\"");
+    let (code, out) = s.check();
+    assert_eq!(code, 2);
+    assert_names(&out, &s.task_toml(), line, "pr", "invalid type");
+}
+
+#[test]
+fn a_probe_may_not_declare_an_evidence_only_category() {
+    let s = Scratch::new();
+    let line = s.replace_line(&s.probes_toml(), "category", "category = \"infra\"");
+    let (code, out) = s.check();
+    assert_eq!(code, 2);
+    assert_names(
+        &out,
+        &s.probes_toml(),
+        line,
+        "probe.category",
+        "decided by evidence",
+    );
+}
+
+#[test]
+fn a_missing_probe_file_is_named() {
+    let s = Scratch::new();
+    let line = s.replace_line(
+        &s.probes_toml(),
+        "test =",
+        "test = \"test_gone.py::test_x\"",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 2);
+    assert_names(&out, &s.probes_toml(), line, "probe.test", "test_gone.py");
+}
+
+#[test]
+fn duplicate_ids_and_missing_prompts_are_reported() {
+    let s = Scratch::new();
+    let twin = s.dir.path().join("tasks/other").join(TASK);
+    copy_dir(s.task_toml().parent().unwrap(), &twin);
+    std::fs::remove_file(twin.join("prompt.md")).unwrap();
+    let (code, out) = s.check();
+    assert_eq!(code, 2);
+    assert!(
+        out.contains(&format!("duplicate task id `{TASK}`")),
+        "{out}"
+    );
+    assert!(
+        out.contains("prompt.md:1:1: cannot read the prompt"),
+        "{out}"
+    );
+}
+
+#[test]
+fn list_and_show_never_print_probe_source() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
+            .arg("--root")
+            .arg(root())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(run(&["tasks", "list"]).contains(TASK));
+    let shown = run(&["tasks", "show", TASK]);
+    assert!(shown.contains("FAIL_TO_PASS"), "{shown}");
+    assert!(
+        !shown.contains("PROBE-SECRET-") && !shown.contains("INFRADEV-PROBE-CANARY"),
+        "{shown}"
+    );
+}

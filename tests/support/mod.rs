@@ -1,0 +1,212 @@
+//! Shared harness for the integration tests: the real binary, a real example repository, real
+//! Docker. Nothing of ours is mocked.
+#![allow(dead_code)] // Each test binary uses a different part of the harness.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use infradev::report::Report;
+
+pub mod fake_github;
+pub mod payloads;
+
+pub const TASK: &str = "example-block-allocator";
+/// The tag runners/base-image/build.sh always (re)points at the newest base image.
+pub const BASE_IMAGE: &str = "infradev-base:bookworm";
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Copies a directory tree (a task or its probes, into a scratch root).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+pub fn probes_dir() -> PathBuf {
+    root().join("probes").join(TASK)
+}
+
+/// The example repository, built once per test binary with its deterministic history.
+pub fn example_repo() -> &'static Path {
+    static REPO: OnceLock<tempfile::TempDir> = OnceLock::new();
+    REPO.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        infradev::demo::make_example_repo(&root(), &dir.path().join("minicache"))
+            .expect("make-repo.sh");
+        dir
+    })
+    .path()
+    .join("minicache")
+    .leak()
+}
+
+/// Whether Docker and the base image are there. Under CI=true their absence fails the test
+/// (never a skip); elsewhere the test says loudly why it did not run.
+pub fn docker_ready() -> bool {
+    static READY: OnceLock<Result<(), String>> = OnceLock::new();
+    let ready = READY.get_or_init(|| {
+        let ok = |args: &[&str]| {
+            Command::new("docker")
+                .args(args)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !ok(&["info"]) {
+            return Err(
+                "the Docker Engine does not answer (runners/ensure-docker.sh starts it)".into(),
+            );
+        }
+        if !ok(&["image", "inspect", BASE_IMAGE]) {
+            return Err(format!(
+                "the base image {BASE_IMAGE} is missing (runners/base-image/build.sh builds it)"
+            ));
+        }
+        Ok(())
+    });
+    match ready {
+        Ok(()) => true,
+        Err(why) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("CI=true and {why}"),
+        Err(why) => {
+            eprintln!("NOT RUN (Docker needed): {why}");
+            false
+        }
+    }
+}
+
+/// Whether the local executor's interpreter has pytest; required under CI=true.
+pub fn local_python_ready() -> bool {
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", "import pytest"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    match ok {
+        true => true,
+        false if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true and /usr/bin/python3 has no pytest (apt-get install python3-pytest)")
+        }
+        false => {
+            eprintln!("NOT RUN (local executor needs /usr/bin/python3 with pytest)");
+            false
+        }
+    }
+}
+
+/// What one run of `infradev grade` produced.
+pub struct Graded {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub json: String,
+    pub junit: String,
+    pub report: Option<Report>,
+}
+
+impl Graded {
+    pub fn report(&self) -> &Report {
+        self.report.as_ref().unwrap_or_else(|| {
+            panic!(
+                "no report (exit {}):\n{}\n{}",
+                self.code, self.stdout, self.stderr
+            )
+        })
+    }
+
+    /// Every byte we emitted, for leak checks.
+    pub fn all_output(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n{}",
+            self.stdout, self.stderr, self.json, self.junit
+        )
+    }
+
+    /// The categories of the failing tests whose id contains `needle`.
+    pub fn categories_of(&self, needle: &str) -> Vec<String> {
+        self.report()
+            .grade
+            .tests
+            .iter()
+            .filter(|t| t.evidence.id.contains(needle))
+            .filter_map(|t| t.category.map(|c| c.to_string()))
+            .collect()
+    }
+}
+
+/// Runs the real binary: `infradev grade --task <task> --repo <repo> --head <head>`.
+pub fn grade(task: &Path, repo: &Path, head: &str, executor: &str, extra: &[&str]) -> Graded {
+    let out_dir = tempfile::tempdir().expect("temp dir");
+    let (json, junit) = (
+        out_dir.path().join("report.json"),
+        out_dir.path().join("report.xml"),
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_infradev"))
+        .arg("--root")
+        .arg(root())
+        .args(["grade", "--task"])
+        .arg(task)
+        .arg("--repo")
+        .arg(repo)
+        .args(["--head", head, "--executor", executor, "--probes"])
+        .arg(probes_dir())
+        .arg("--json")
+        .arg(&json)
+        .arg("--junit")
+        .arg(&junit)
+        .args(extra)
+        .output()
+        .expect("run infradev");
+    let json_text = std::fs::read_to_string(&json).unwrap_or_default();
+    Graded {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        report: serde_json::from_str(&json_text).ok(),
+        json: json_text,
+        junit: std::fs::read_to_string(&junit).unwrap_or_default(),
+    }
+}
+
+/// The example task's directory in the checkout.
+pub fn task_dir() -> PathBuf {
+    root().join("tasks/example").join(TASK)
+}
+
+/// A copy of the example task with some `key = value` lines of task.toml replaced (tighter
+/// timeouts for hostile submissions, a missing base image, …). Probes stay the real ones.
+pub fn task_variant(overrides: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let task = dir.path().join(TASK);
+    std::fs::create_dir_all(&task).expect("mkdir");
+    std::fs::copy(task_dir().join("prompt.md"), task.join("prompt.md")).expect("copy prompt");
+    let text = std::fs::read_to_string(task_dir().join("task.toml")).expect("read task.toml");
+    let mut replaced = 0;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let key = line.split('=').next().unwrap_or_default().trim();
+            match overrides.iter().find(|(k, _)| *k == key) {
+                Some((k, v)) => {
+                    replaced += 1;
+                    format!("{k} = {v}")
+                }
+                None => line.to_owned(),
+            }
+        })
+        .collect();
+    assert_eq!(
+        replaced,
+        overrides.len(),
+        "every override must match a line of task.toml"
+    );
+    std::fs::write(task.join("task.toml"), lines.join("\n") + "\n").expect("write task.toml");
+    dir
+}

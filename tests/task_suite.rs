@@ -1,0 +1,443 @@
+//! `infradev tasks validate|lint` through the real binary, on copies of the example task:
+//! validation from a git clone and from release sdists (served from the cache, pinned by
+//! SHA-256), a task that does not hold up, and lint naming what a prompt leaves out.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+use support::{TASK, copy_dir, docker_ready, example_repo, root};
+
+/// A root holding a copy of the example task and its probes, with runners/ linked in.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(
+            &root().join("tasks/example").join(TASK),
+            &dir.path().join("tasks/example").join(TASK),
+        );
+        copy_dir(
+            &root().join("probes").join(TASK),
+            &dir.path().join("probes").join(TASK),
+        );
+        std::os::unix::fs::symlink(root().join("runners"), dir.path().join("runners")).unwrap();
+        let _ = std::fs::remove_file(task_dir(dir.path()).join("validation.json"));
+        Scratch { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn task_toml(&self) -> PathBuf {
+        task_dir(self.path()).join("task.toml")
+    }
+
+    fn edit(&self, file: &Path, from: &str, to: &str) {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(text.contains(from), "`{from}` not in {}", file.display());
+        std::fs::write(file, text.replacen(from, to, 1)).unwrap();
+    }
+
+    fn run(&self, args: &[&str]) -> (i32, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
+            .arg("--root")
+            .arg(self.path())
+            .args(args)
+            .env("INFRADEV_CACHE", self.path().join("cache"))
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+
+    fn validation(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(task_dir(self.path()).join("validation.json"))
+            .expect("validation.json is written");
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+fn task_dir(root: &Path) -> PathBuf {
+    root.join("tasks/example").join(TASK)
+}
+
+fn checks(v: &serde_json::Value) -> Vec<(String, bool)> {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_example_validates_from_git_and_the_record_says_how() {
+    if !docker_ready() {
+        return;
+    }
+    let s = Scratch::new();
+    let repo = example_repo().display().to_string();
+    let (code, out) = s.run(&[
+        "tasks",
+        "validate",
+        TASK,
+        "--git",
+        &repo,
+        "--reference-runs",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let v = s.validation();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["source"]["kind"], "git");
+    let names: Vec<&str> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["base", "reference-1", "reference-2", "null-patch"]);
+    assert!(checks(&v).iter().all(|(_, ok)| *ok), "{v:#}");
+    assert!(
+        v["images"][0]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "the image id is recorded"
+    );
+    let base = &v["runs"][0];
+    assert_eq!(base["verdict"], "unresolved");
+    assert_eq!(
+        base["outcomes"]["tests/test_block_allocator.py::test_shared_prefix_reuses_blocks"],
+        "failed"
+    );
+    assert_eq!(v["runs"][3]["verdict"], "unresolved", "the null patch");
+    assert_ne!(
+        v["runs"][3]["head"], base["head"],
+        "the null patch is its own commit"
+    );
+}
+
+#[test]
+fn a_task_whose_expectations_are_wrong_is_not_valid_and_says_which_test() {
+    if !docker_ready() {
+        return;
+    }
+    let s = Scratch::new();
+    // A test that passes on the base, declared FAIL_TO_PASS; and a new probe declared as
+    // checking behaviour the base already has.
+    s.edit(
+        &s.task_toml(),
+        "fail_to_pass = [",
+        "fail_to_pass = [\n    \"tests/test_block_allocator.py::test_can_allocate\",",
+    );
+    let probes = s.path().join("probes").join(TASK).join("probes.toml");
+    s.edit(
+        &probes,
+        "id = \"evicted_blocks_are_forgotten\"",
+        "id = \"evicted_blocks_are_forgotten\"\nchecks_base_behaviour = true",
+    );
+    let repo = example_repo().display().to_string();
+    let (code, out) = s.run(&[
+        "tasks",
+        "validate",
+        TASK,
+        "--git",
+        &repo,
+        "--reference-runs",
+        "1",
+    ]);
+    assert_eq!(code, 2, "a task problem, not an infrastructure one: {out}");
+    assert!(
+        out.contains(
+            "FAIL_TO_PASS `tests/test_block_allocator.py::test_can_allocate` passes on the base"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("probe `test_state.py::test_evicted_blocks_are_forgotten` is marked checks_base_behaviour"),
+        "{out}"
+    );
+    let v = s.validation();
+    assert_eq!(v["ok"], false);
+    let c = checks(&v);
+    assert!(!c[0].1, "the base check fails: {c:?}");
+    assert!(
+        c[1].1 && c[3].1,
+        "the reference and null-patch checks still pass: {c:?}"
+    );
+}
+
+/// Packs `rev` of the example repository as `minicache-<version>.tar.gz` with a top folder,
+/// the way an sdist is laid out; returns the file's SHA-256.
+fn sdist(repo: &Path, rev: &str, version: &str, into: &Path) -> String {
+    std::fs::create_dir_all(into).unwrap();
+    let file = into.join(format!("minicache-{version}.tar.gz"));
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "archive",
+            "--format=tar.gz",
+            &format!("--prefix=minicache-{version}/"),
+            "-o",
+        ])
+        .arg(&file)
+        .arg(rev)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    hex::encode(Sha256::digest(std::fs::read(&file).unwrap()))
+}
+
+#[test]
+fn a_task_validates_from_release_sdists_pinned_by_hash() {
+    if !docker_ready() {
+        return;
+    }
+    let s = Scratch::new();
+    let repo = example_repo();
+    let text = std::fs::read_to_string(s.task_toml()).unwrap();
+    let field = |key: &str| -> String {
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+        line.split('"').nth(1).unwrap().to_owned()
+    };
+    let sdists = s.path().join("cache/sdists");
+    let base_sha = sdist(repo, &field("base_commit"), "0.1.0", &sdists);
+    let reference_sha = sdist(repo, &field("reference_commit"), "0.2.0", &sdists);
+    s.edit(
+        &s.task_toml(),
+        "validate_from = \"git\"",
+        &format!(
+            "validate_from = \"release\"\nbase_release = \"minicache==0.1.0\"\n\
+             reference_release = \"minicache==0.2.0\"\nbase_sha256 = \"{base_sha}\"\n\
+             reference_sha256 = \"{reference_sha}\""
+        ),
+    );
+    let (code, out) = s.run(&["tasks", "validate", TASK, "--reference-runs", "1"]);
+    assert_eq!(code, 0, "{out}");
+    let v = s.validation();
+    assert_eq!(v["source"]["kind"], "release");
+    assert_eq!(v["source"]["base"], "minicache==0.1.0");
+    assert!(checks(&v).iter().all(|(_, ok)| *ok), "{v:#}");
+
+    // A cached sdist that is not the pinned one is refused before anything runs.
+    std::fs::write(sdists.join("minicache-0.1.0.tar.gz"), b"tampered").unwrap();
+    let (code, out) = s.run(&["tasks", "validate", TASK, "--reference-runs", "1"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("minicache-0.1.0.tar.gz: SHA-256 is"), "{out}");
+    assert!(out.contains(&base_sha), "{out}");
+}
+
+#[test]
+fn lint_names_each_upstream_symbol_the_prompt_leaves_out() {
+    let s = Scratch::new();
+    let (code, out) = s.run(&["tasks", "lint", "--all"]);
+    assert_eq!(code, 0, "the shipped prompt names everything: {out}");
+
+    let prompt = task_dir(s.path()).join("prompt.md");
+    let text = std::fs::read_to_string(&prompt).unwrap();
+    std::fs::write(
+        &prompt,
+        text.replace("num_cached_tokens", "cached token count"),
+    )
+    .unwrap();
+    let probe = s.path().join("probes").join(TASK).join("test_state.py");
+    let mut source = std::fs::read_to_string(&probe).unwrap();
+    source.push_str(
+        "\n\ndef test_extra():\n    from minicache.block_allocator import BlockAllocator\n    \
+         BlockAllocator(4).defragment(aggressive=True)\n",
+    );
+    std::fs::write(&probe, source).unwrap();
+
+    let (code, out) = s.run(&["tasks", "lint", TASK]);
+    assert_eq!(code, 2, "{out}");
+    for (kind, symbol) in [
+        ("attribute", "num_cached_tokens"),
+        ("attribute", "defragment"),
+        ("keyword", "aggressive"),
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("probes/{TASK}/"))
+                    && l.contains(&format!(
+                        "{kind} `{symbol}` is used by a probe but not named"
+                    ))),
+            "{kind} {symbol}: {out}"
+        );
+    }
+    assert!(
+        !out.contains("`BlockAllocator`"),
+        "named symbols are not reported: {out}"
+    );
+}
+
+#[test]
+fn the_shipped_tasks_pass_lint() {
+    let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
+        .arg("--root")
+        .arg(root())
+        .args(["tasks", "lint", "--all"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+}
+
+#[test]
+fn release_fields_are_checked_with_their_line() {
+    let s = Scratch::new();
+    s.edit(
+        &s.task_toml(),
+        "validate_from = \"git\"",
+        "validate_from = \"release\"\nbase_release = \"minicache-0.1\"",
+    );
+    let (code, out) = s.run(&["tasks", "check"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("field `upstream.base_release`"), "{out}");
+    assert!(out.contains("is not `name==version`"), "{out}");
+
+    let s = Scratch::new();
+    s.edit(
+        &s.task_toml(),
+        "note = \"Self-contained",
+        "env = { PYTHONPATH = \"/evil\" }\nnote = \"Self-contained",
+    );
+    let (code, out) = s.run(&["tasks", "check"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("field `environment.env`") && out.contains("`PYTHONPATH` cannot be set"),
+        "{out}"
+    );
+}
+
+fn git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// When the upstream change itself edits test infrastructure (a conftest.py), a submission
+/// making the same edit is not flagged, and one making another edit gets the reference's
+/// version back, not the base's.
+#[test]
+fn test_infrastructure_is_the_references() {
+    if !docker_ready() {
+        return;
+    }
+    let s = Scratch::new();
+    let repo = s.path().join("upstream");
+    let src = example_repo().display().to_string();
+    let out = Command::new("git")
+        .args(["clone", "--quiet", &src])
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(s.task_toml()).unwrap();
+    let field = |key: &str| -> String {
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+        line.split('"').nth(1).unwrap().to_owned()
+    };
+    let (base, reference) = (field("base_commit"), field("reference_commit"));
+    // The upstream change now also adds a conftest.py that a test relies on.
+    let conftest = "import pytest\n\n\n@pytest.fixture\ndef upstream_fixture():\n    return 42\n";
+    git(&repo, &["checkout", "--quiet", "--detach", &reference]);
+    std::fs::write(repo.join("tests/conftest.py"), conftest).unwrap();
+    let tests = repo.join("tests/test_block_allocator.py");
+    let mut official = std::fs::read_to_string(&tests).unwrap();
+    official.push_str(
+        "\n\ndef test_upstream_fixture(upstream_fixture):\n    assert upstream_fixture == 42\n",
+    );
+    std::fs::write(&tests, official).unwrap();
+    git(
+        &repo,
+        &["add", "tests/conftest.py", "tests/test_block_allocator.py"],
+    );
+    git(
+        &repo,
+        &["commit", "--quiet", "-m", "reference with a conftest"],
+    );
+    let reference2 = git(&repo, &["rev-parse", "HEAD"]);
+    s.edit(&s.task_toml(), &reference, &reference2);
+    s.edit(
+        &s.task_toml(),
+        "fail_to_pass = [",
+        "fail_to_pass = [\n    \"tests/test_block_allocator.py::test_upstream_fixture\",",
+    );
+    // A submission identical to it, and one that rewrites the conftest.
+    git(&repo, &["checkout", "--quiet", "--detach", &base]);
+    let diff = git(&repo, &["diff", &base, &reference2]);
+    std::fs::write(s.path().join("change.diff"), diff + "\n").unwrap();
+    git(
+        &repo,
+        &["apply", &s.path().join("change.diff").display().to_string()],
+    );
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "--quiet", "-m", "the same change"]);
+    let same = git(&repo, &["rev-parse", "HEAD"]);
+    std::fs::write(
+        repo.join("tests/conftest.py"),
+        "import pytest\n\n\n@pytest.fixture\ndef upstream_fixture():\n    return 0\n",
+    )
+    .unwrap();
+    git(&repo, &["commit", "--quiet", "-am", "another conftest"]);
+    let tampered = git(&repo, &["rev-parse", "HEAD"]);
+
+    let grade = |head: &str| -> serde_json::Value {
+        let json = s.path().join(format!("{head}.json"));
+        let (_, out) = s.run(&[
+            "grade",
+            "--task",
+            TASK,
+            "--repo",
+            &repo.display().to_string(),
+            "--head",
+            head,
+            "--json",
+            &json.display().to_string(),
+        ]);
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|_| panic!("{out}")))
+            .unwrap()
+    };
+    let report = grade(&same);
+    assert_eq!(
+        report["flags"],
+        serde_json::json!([]),
+        "the upstream edit itself: {report:#}"
+    );
+    assert_eq!(report["grade"]["verdict"], "resolved");
+    let report = grade(&tampered);
+    assert_eq!(
+        report["flags"][0]["path"], "tests/conftest.py",
+        "another edit is flagged: {report:#}"
+    );
+    // The official test that needs the reference's fixture passes: its conftest is back.
+    assert_eq!(report["grade"]["verdict"], "resolved", "{report:#}");
+}
