@@ -24,15 +24,27 @@ use super::model::Backend;
 /// (file name, SQL), in version order.
 type Files = &'static [(&'static str, &'static str)];
 
-const SQLITE: Files = &[(
-    "0001_init.sql",
-    include_str!("../../migrations/sqlite/0001_init.sql"),
-)];
+const SQLITE: Files = &[
+    (
+        "0001_init.sql",
+        include_str!("../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        "0002_remote_backends.sql",
+        include_str!("../../migrations/sqlite/0002_remote_backends.sql"),
+    ),
+];
 
-const POSTGRES: Files = &[(
-    "0001_init.sql",
-    include_str!("../../migrations/postgres/0001_init.sql"),
-)];
+const POSTGRES: Files = &[
+    (
+        "0001_init.sql",
+        include_str!("../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        "0002_remote_backends.sql",
+        include_str!("../../migrations/postgres/0002_remote_backends.sql"),
+    ),
+];
 
 fn files(backend: Backend) -> Files {
     match backend {

@@ -344,6 +344,39 @@ operations! {
         /// Gives up on a pending row (permanent error, or too many attempts).
         fn dead_outbox(id: OutboxId, error: &str) -> bool;
         fn pending_outbox_count() -> u64;
+
+        // remote backends (see queries/remote.rs)
+
+        /// Routes a queued, never dispatched job to a remote backend. False otherwise.
+        fn set_job_backend(id: JobId, backend: &str) -> bool;
+        /// Takes the oldest queued job of `remote` for a dispatch: running, owned by
+        /// `remote:<backend>` until `until`, with the next dispatch number and `remote_open`.
+        fn claim_dispatch(remote: &str, until: DateTime<Utc>) -> Option<Job>;
+        /// Stores the hash of a dispatch's result token.
+        fn insert_job_token(id: JobId, dispatch: u32, token_hash: &str, expires_at: DateTime<Utc>) -> ();
+        /// Records the engine's id of dispatch `dispatch` (and, while the job runs, its
+        /// deadline). `None` when the job has moved on to another dispatch.
+        fn set_external_id(id: JobId, dispatch: u32, external_id: &str, deadline: DateTime<Utc>) -> Option<Job>;
+        /// Jobs of `backend` whose current dispatch may still be alive in the engine.
+        fn open_remote_jobs(backend: &str) -> Vec<Job>;
+        /// The current dispatch is over in the engine. False when it already was.
+        fn close_remote(id: JobId, dispatch: u32) -> bool;
+        /// Puts a running remote job back in the queue for another dispatch, counting a lost
+        /// run if `lost`. `None` when dispatch `dispatch` is no longer the running one.
+        fn requeue_remote(id: JobId, dispatch: u32, lost: bool, error: &str) -> Option<Job>;
+        /// Counts a lost run of dispatch `dispatch` without requeueing (the job is given up).
+        fn count_lost_run(id: JobId, dispatch: u32) -> bool;
+        /// Remembers that the engine requeued the current dispatch `restarts` times. True when
+        /// that is news.
+        fn note_remote_restarts(id: JobId, dispatch: u32, restarts: u32) -> bool;
+        fn find_job_token(id: JobId, token_hash: &str) -> Option<JobToken>;
+        /// Marks a token used. False when it already was: a token is good for one result.
+        fn use_job_token(token_hash: &str) -> bool;
+        fn insert_job_result(id: JobId, dispatch: u32, disposition: Disposition, reason: Option<&str>, body: &str) -> ();
+        /// Every result posted for a job, oldest first.
+        fn job_results(id: JobId) -> Vec<JobResult>;
+        /// Jobs of `backend` whose current or last engine id is `external_id`, newest first.
+        fn jobs_by_external_id(backend: &str, external_id: &str) -> Vec<Job>;
     }
     atomic {
         /// Enqueues a grade of `head_sha` of pull `number` against `task_id`, in one

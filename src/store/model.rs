@@ -205,6 +205,18 @@ pub struct Job {
     pub error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// `local` (this server's workers) or the remote backend grading it (`slurm`, …).
+    pub backend: String,
+    /// Dispatches to the remote backend so far; the current one is number `dispatches`.
+    pub dispatches: u32,
+    /// The engine's id of the current dispatch (Slurm job id, workflow run id).
+    pub external_id: Option<String>,
+    /// The current dispatch may still be alive in the engine.
+    pub remote_open: bool,
+    /// Remote runs that ended without a result.
+    pub lost_runs: u32,
+    /// Times the engine requeued the current dispatch by itself.
+    pub remote_restarts: u32,
 }
 
 /// What [`Store::enqueue_job`](super::Store::enqueue_job) did.
@@ -320,4 +332,68 @@ pub struct OutboxRow {
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A result token of one dispatch (only its hash is stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobToken {
+    pub job_id: JobId,
+    pub dispatch: u32,
+    pub expires_at: DateTime<Utc>,
+    /// When a result was posted with it: a token is good for one result.
+    pub used_at: Option<DateTime<Utc>>,
+}
+
+/// What became of a result posted to the result endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// It is the job's result: the job finished with it.
+    Accepted,
+    /// It reported an infrastructure fault: the job went back to the queue for a re-dispatch.
+    Retried,
+    /// Recorded only: the job was cancelled, superseded by a newer dispatch, or already done.
+    Ignored,
+}
+
+impl Disposition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Accepted => "accepted",
+            Disposition::Retried => "retried",
+            Disposition::Ignored => "ignored",
+        }
+    }
+}
+
+impl FromStr for Disposition {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            Disposition::Accepted,
+            Disposition::Retried,
+            Disposition::Ignored,
+        ]
+        .into_iter()
+        .find(|d| d.as_str() == s)
+        .ok_or_else(|| format!("unknown disposition {s:?}"))
+    }
+}
+
+/// One result posted for a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobResult {
+    pub id: i64,
+    pub job_id: JobId,
+    pub dispatch: u32,
+    pub disposition: Disposition,
+    pub reason: Option<String>,
+    /// The body as posted.
+    pub body: String,
+    pub received_at: DateTime<Utc>,
+}
+
+/// The lease owner of every dispatched job of remote backend `backend`: any server may finish
+/// such a job when its result arrives.
+pub fn remote_owner(backend: &str) -> String {
+    format!("remote:{backend}")
 }

@@ -132,7 +132,8 @@ fn pull(row: &AnyRow) -> Result<Pull> {
 macro_rules! job_cols {
     () => {
         "id, repo, number, head_sha, task_id, installation_id, state, attempts, lease_owner, lease_until, \
-         check_run_id, verdict, result_json, error, created_at, updated_at"
+         check_run_id, verdict, result_json, error, created_at, updated_at, backend, dispatches, \
+         external_id, remote_open, lost_runs, remote_restarts"
     };
 }
 
@@ -157,6 +158,12 @@ fn job(row: &AnyRow) -> Result<Job> {
         error: get(row, "error")?,
         created_at: get_time(row, "created_at")?,
         updated_at: get_time(row, "updated_at")?,
+        backend: get(row, "backend")?,
+        dispatches: get_count(row, "dispatches")?,
+        external_id: get(row, "external_id")?,
+        remote_open: get_bool(row, "remote_open")?,
+        lost_runs: get_count(row, "lost_runs")?,
+        remote_restarts: get_count(row, "remote_restarts")?,
     })
 }
 
@@ -550,8 +557,8 @@ macro_rules! claim_job_sql {
     ($lock:literal) => {
         concat!(
             "UPDATE jobs SET state = 'running', lease_owner = $1, lease_until = $2, attempts = attempts + 1, \
-             updated_at = $3 WHERE id = (SELECT id FROM jobs WHERE state = 'queued' \
-             OR (state = 'running' AND lease_until < $3) ORDER BY id LIMIT 1",
+             updated_at = $3 WHERE id = (SELECT id FROM jobs WHERE backend = 'local' AND (state = 'queued' \
+             OR (state = 'running' AND lease_until < $3)) ORDER BY id LIMIT 1",
             $lock,
             ") RETURNING ",
             job_cols!()
@@ -987,3 +994,6 @@ pub(crate) async fn pending_outbox_count(conn: &mut AnyConnection, _: Backend) -
         .map_err(StoreError::db("counting the outbox"))?;
     get_u64(&row, "n")
 }
+
+mod remote;
+pub(crate) use remote::*;
