@@ -759,3 +759,511 @@ async fn webhooks_are_sent_signed_and_redelivered_with_the_same_guid() {
     );
     fake.assert_no_violations();
 }
+
+// ---------------------------------------------------------------------------------------------
+// GitHub Actions: the scale-out backend dispatches grades to the private grader repository.
+
+const GRADER: &str = "acme/grader";
+const GRADE_YML: &str = "grade.yml";
+
+/// The inputs a grade dispatch carries (all strings, as GitHub requires).
+fn dispatch_inputs(name: &str) -> serde_json::Map<String, Value> {
+    [
+        ("name", name),
+        ("mirror_repo", "acme/widgets"),
+        ("pr", "7"),
+        ("head_sha", SHA),
+        ("task", "example-block-allocator"),
+        ("job_id", "42"),
+        ("dispatch", "1"),
+        ("result_url", "https://grader.example/jobs/42/result"),
+        ("result_token", "tok-secret"),
+        ("runs_on", r#"["self-hosted","gpu","gpus-4"]"#),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), json!(v)))
+    .collect()
+}
+
+async fn grader_setup() -> (FakeGitHub, infradev::github::RepoClient) {
+    let fake = FakeGitHub::start().await;
+    fake.add_installation(INSTALLATION, &[REPO, GRADER]);
+    fake.add_workflow(GRADER, GRADE_YML);
+    let client = fake
+        .app()
+        .client(INSTALLATION, "acme", "grader")
+        .await
+        .unwrap();
+    (fake, client)
+}
+
+#[tokio::test]
+async fn a_dispatched_run_is_read_found_and_cancelled() {
+    let (fake, client) = grader_setup().await;
+    let inputs = dispatch_inputs("infradev-42-1");
+    let run_id = client
+        .dispatch_workflow(GRADE_YML, "main", &inputs)
+        .await
+        .unwrap()
+        .expect("return_run_details gives the run id");
+
+    // What GitHub received: the ref, the inputs as given, and the request for the run's id.
+    let sent = fake.requests_to("actions/create-workflow-dispatch");
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].path,
+        "/repos/acme/grader/actions/workflows/grade.yml/dispatches"
+    );
+    let body = sent[0].body.as_ref().unwrap();
+    assert_eq!(body["ref"], "main");
+    assert_eq!(body["return_run_details"], true);
+    assert_eq!(body["inputs"], Value::Object(inputs.clone()));
+    assert_eq!(sent[0].status, 200);
+
+    let runs = fake.workflow_runs(GRADER);
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(
+        (
+            run.id,
+            run.workflow.as_str(),
+            run.git_ref.as_str(),
+            run.display_title.as_str(),
+            run.status.as_str(),
+            run.run_attempt,
+            run.cancel_requested,
+        ),
+        (
+            run_id,
+            GRADE_YML,
+            "main",
+            "infradev-42-1",
+            "queued",
+            1,
+            false
+        )
+    );
+    assert_eq!(run.inputs, inputs);
+
+    let got = client.workflow_run(run_id).await.unwrap();
+    assert_eq!(
+        got,
+        infradev::github::WorkflowRunSummary {
+            id: run_id,
+            status: "queued".into(),
+            conclusion: None,
+            display_title: "infradev-42-1".into(),
+            html_url: format!("https://github.com/{GRADER}/actions/runs/{run_id}"),
+            run_attempt: 1,
+        }
+    );
+
+    // The runner takes it.
+    fake.set_workflow_run(GRADER, run_id, "in_progress", None);
+    assert_eq!(
+        client.workflow_run(run_id).await.unwrap().status,
+        "in_progress"
+    );
+
+    // Found again by its name (after a crash between dispatching and recording the id).
+    let found = client
+        .find_workflow_run(GRADE_YML, "infradev-42-1")
+        .await
+        .unwrap()
+        .expect("found by display_title");
+    assert_eq!((found.id, found.status.as_str()), (run_id, "in_progress"));
+    assert_eq!(
+        client
+            .find_workflow_run(GRADE_YML, "infradev-42-2")
+            .await
+            .unwrap(),
+        None
+    );
+    let listed = fake.requests_to("actions/list-workflow-runs");
+    assert!(
+        listed[0].query.contains("event=workflow_dispatch"),
+        "{}",
+        listed[0].query
+    );
+
+    // Cancelled: GitHub accepts (202) and the run ends cancelled.
+    client.cancel_workflow_run(run_id).await.unwrap();
+    let run = &fake.workflow_runs(GRADER)[0];
+    assert!(run.cancel_requested);
+    assert_eq!(
+        (run.status.as_str(), run.conclusion.as_deref()),
+        ("completed", Some("cancelled"))
+    );
+    let got = client.workflow_run(run_id).await.unwrap();
+    assert_eq!(got.conclusion.as_deref(), Some("cancelled"));
+
+    // Cancelling a completed run is GitHub's 409, which is what we wanted anyway.
+    client.cancel_workflow_run(run_id).await.unwrap();
+    let cancels = fake.requests_to("actions/cancel-workflow-run");
+    assert_eq!(
+        cancels.iter().map(|r| r.status).collect::<Vec<_>>(),
+        vec![202, 409]
+    );
+
+    // A run that ended on its own is left as it ended.
+    let second = client
+        .dispatch_workflow(GRADE_YML, "main", &dispatch_inputs("infradev-43-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    fake.set_workflow_run(GRADER, second, "completed", Some("success"));
+    client.cancel_workflow_run(second).await.unwrap();
+    let run = fake.workflow_runs(GRADER)[1].clone();
+    assert_eq!(
+        (run.conclusion.as_deref(), run.cancel_requested),
+        (Some("success"), false)
+    );
+
+    // Unknown runs are GitHub's 404, for reading and for cancelling.
+    let err = client.workflow_run(999_999).await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    let err = client.cancel_workflow_run(999_999).await.unwrap_err();
+    assert_eq!((err.status(), err.retry()), (Some(404), Retry::Never));
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn find_workflow_run_takes_the_newest_match_across_pages() {
+    let (fake, client) = grader_setup().await;
+    let mut ids = Vec::new();
+    for i in 0..120 {
+        let name = if i == 3 || i == 110 {
+            "infradev-7-1".to_string()
+        } else {
+            format!("infradev-{i}-1")
+        };
+        let id = client
+            .dispatch_workflow(GRADE_YML, "main", &dispatch_inputs(&name))
+            .await
+            .unwrap()
+            .unwrap();
+        ids.push(id);
+    }
+    // Newest first: the oldest run is on the second page of 100.
+    let oldest = client
+        .find_workflow_run(GRADE_YML, "infradev-0-1")
+        .await
+        .unwrap()
+        .expect("on page 2");
+    assert_eq!(oldest.id, ids[0]);
+    let pages: Vec<String> = fake
+        .requests_to("actions/list-workflow-runs")
+        .iter()
+        .map(|r| r.query.clone())
+        .collect();
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    assert!(pages[1].contains("page=2"), "{pages:?}");
+
+    // Two runs with one name (never ours, but possible): the newer one.
+    let dup = client
+        .find_workflow_run(GRADE_YML, "infradev-7-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(dup.id, ids[110]);
+    // Exact match only.
+    assert_eq!(
+        client
+            .find_workflow_run(GRADE_YML, "infradev-1")
+            .await
+            .unwrap(),
+        None
+    );
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn dispatch_errors_are_github_s() {
+    let (fake, client) = grader_setup().await;
+
+    // A workflow file the grader repository does not have: GitHub's 404, never retried.
+    let err = client
+        .dispatch_workflow("missing.yml", "main", &dispatch_inputs("infradev-1-1"))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert_eq!(err.retry(), Retry::Never);
+    let err = client
+        .find_workflow_run("missing.yml", "infradev-1-1")
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert!(fake.workflow_runs(GRADER).is_empty());
+    fake.assert_no_violations();
+
+    // What GitHub would refuse is refused before sending.
+    let before = fake.requests().len();
+    let mut bad = dispatch_inputs("infradev-1-1");
+    bad.insert("pr".into(), json!(7));
+    let err = client
+        .dispatch_workflow(GRADE_YML, "main", &bad)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GitHubError::InvalidInput(m) if m.contains("\"pr\"")),
+        "{err}"
+    );
+    let err = client
+        .dispatch_workflow(GRADE_YML, "", &dispatch_inputs("infradev-1-1"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GitHubError::InvalidInput(_)), "{err}");
+    let many: serde_json::Map<String, Value> =
+        (0..26).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let err = client
+        .dispatch_workflow(GRADE_YML, "main", &many)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GitHubError::InvalidInput(_)), "{err}");
+    assert_eq!(fake.requests().len(), before, "nothing was sent");
+
+    // GitHub without `return_run_details` support (204): no id, the caller finds the run.
+    fake.fail_next(
+        "POST /repos/*/*/actions/workflows/*/dispatches",
+        1,
+        Failure::Status {
+            status: 204,
+            message: String::new(),
+        },
+    );
+    let got = client
+        .dispatch_workflow(GRADE_YML, "main", &dispatch_inputs("infradev-1-1"))
+        .await
+        .unwrap();
+    assert_eq!(got, None);
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn the_fake_rejects_dispatches_github_rejects() {
+    let (fake, client) = grader_setup().await;
+    // Force a token for the raw requests below.
+    client.workflow_run(1).await.unwrap_err();
+    let token = format!(
+        "Bearer {}",
+        fake.app()
+            .installation_token(INSTALLATION)
+            .await
+            .unwrap()
+            .expose_secret()
+    );
+    let path = "/repos/acme/grader/actions/workflows/grade.yml/dispatches";
+    let post = |body: Value| raw(&fake, reqwest::Method::POST, path, &token, Some(body));
+
+    // Without return_run_details: 204 and a queued run named after the workflow file.
+    let r = post(json!({"ref": "main"})).await;
+    assert_eq!(r.status(), 204);
+    let runs = fake.workflow_runs(GRADER);
+    assert_eq!(
+        (runs[0].display_title.as_str(), runs[0].status.as_str()),
+        (GRADE_YML, "queued")
+    );
+    fake.assert_no_violations();
+
+    let cases: Vec<(&str, Value, u16, &str)> = vec![
+        ("no ref", json!({"inputs": {}}), 422, "required property"),
+        ("empty ref", json!({"ref": ""}), 422, "No ref found"),
+        (
+            "a number input",
+            json!({"ref": "main", "inputs": {"pr": 7}}),
+            422,
+            "is not a string",
+        ),
+        (
+            "26 inputs",
+            json!({"ref": "main", "inputs": (0..26).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>()}),
+            422,
+            "more than 25 properties",
+        ),
+    ];
+    for (name, body, status, violation) in cases {
+        let r = post(body).await;
+        assert_eq!(r.status().as_u16(), status, "{name}");
+        let violations = fake.clear_violations();
+        assert!(
+            violations.iter().any(|v| v.contains(violation)),
+            "{name}: {violations:?}"
+        );
+    }
+
+    // A workflow that declares its inputs refuses others, as GitHub does.
+    fake.add_workflow_with_inputs(GRADER, "strict.yml", &["name"]);
+    let r = raw(
+        &fake,
+        reqwest::Method::POST,
+        "/repos/acme/grader/actions/workflows/strict.yml/dispatches",
+        &token,
+        Some(json!({"ref": "main", "inputs": {"name": "x", "extra": "y"}})),
+    )
+    .await;
+    assert_eq!(r.status(), 422);
+    let violations = fake.clear_violations();
+    assert!(
+        violations[0].contains(r#"Unexpected inputs provided: ["extra"]"#),
+        "{violations:?}"
+    );
+    assert_eq!(fake.workflow_runs(GRADER).len(), 1, "no run for a refusal");
+}
+
+/// The `on.workflow_dispatch.inputs` names of a workflow file (its two-space YAML layout).
+fn declared_inputs(yaml: &str) -> Vec<String> {
+    let mut inputs = Vec::new();
+    let mut in_inputs = false;
+    for line in yaml.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let text = line.trim();
+        if text.is_empty() || text.starts_with('#') {
+            continue;
+        }
+        if in_inputs {
+            if indent <= 4 {
+                break;
+            }
+            if indent == 6
+                && let Some(name) = text.strip_suffix(':')
+            {
+                inputs.push(name.to_string());
+            }
+        } else if indent == 4 && text == "inputs:" {
+            in_inputs = true;
+        }
+    }
+    inputs
+}
+
+#[tokio::test]
+async fn the_example_grading_workflow_accepts_a_grade_dispatch() {
+    let path = support::root().join("runners/github-actions/grade.yml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let declared = declared_inputs(&yaml);
+    let mut want: Vec<String> = dispatch_inputs("x").keys().cloned().collect();
+    want.sort();
+    let mut got = declared.clone();
+    got.sort();
+    assert_eq!(got, want, "{}", path.display());
+    assert!(declared.len() <= infradev::github::MAX_DISPATCH_INPUTS);
+    assert!(yaml.contains("run-name: ${{ inputs.name }}"));
+    assert!(yaml.contains("runs-on: ${{ fromJSON(inputs.runs_on) }}"));
+
+    let (fake, client) = grader_setup().await;
+    let names: Vec<&str> = declared.iter().map(String::as_str).collect();
+    fake.add_workflow_with_inputs(GRADER, GRADE_YML, &names);
+    let id = client
+        .dispatch_workflow(GRADE_YML, "main", &dispatch_inputs("infradev-42-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fake.workflow_runs(GRADER)[0].id, id);
+    fake.assert_no_violations();
+}
+
+#[tokio::test]
+async fn workflow_webhooks_describe_the_fake_s_runs() {
+    use infradev::webhook::{Event, parse};
+    use support::payloads;
+
+    let (fake, client) = grader_setup().await;
+    let id = client
+        .dispatch_workflow(GRADE_YML, "main", &dispatch_inputs("infradev-42-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    let run = fake.workflow_runs(GRADER)[0].clone();
+    let as_event = |event: &str, payload: &Value| {
+        let (body, _) = payloads::signed(payload, "s");
+        parse(event, &body).unwrap()
+    };
+
+    let requested = payloads::workflow_run("requested", INSTALLATION, GRADER, &run);
+    assert_eq!(
+        as_event("workflow_run", &requested),
+        Event::WorkflowRun {
+            action: "requested".into(),
+            repo: infradev::webhook::Repo {
+                owner: "acme".into(),
+                name: "grader".into(),
+            },
+            installation_id: Some(INSTALLATION),
+            run_id: id,
+            status: "queued".into(),
+            conclusion: None,
+            display_title: "infradev-42-1".into(),
+        }
+    );
+    assert_eq!(requested["workflow_run"]["event"], "workflow_dispatch");
+    assert_eq!(requested["repository"]["full_name"], GRADER);
+
+    let waiting = payloads::workflow_job("waiting", INSTALLATION, GRADER, &run, 900, None, None);
+    assert_eq!(
+        waiting["workflow_job"]["labels"],
+        json!(["self-hosted", "gpu", "gpus-4"])
+    );
+    let taken = payloads::workflow_job(
+        "in_progress",
+        INSTALLATION,
+        GRADER,
+        &run,
+        900,
+        Some("gpu-4-a"),
+        None,
+    );
+    let Event::WorkflowJob {
+        run_id,
+        job_id,
+        status,
+        runner_name,
+        installation_id,
+        ..
+    } = as_event("workflow_job", &taken)
+    else {
+        panic!("a workflow_job event")
+    };
+    assert_eq!(
+        (
+            run_id,
+            job_id,
+            status.as_str(),
+            runner_name.as_deref(),
+            installation_id
+        ),
+        (id, 900, "in_progress", Some("gpu-4-a"), Some(INSTALLATION))
+    );
+    let Event::WorkflowJob { runner_name, .. } = as_event("workflow_job", &waiting) else {
+        panic!()
+    };
+    assert_eq!(runner_name, None);
+
+    let run = fake.set_workflow_run(GRADER, id, "completed", Some("failure"));
+    let done = payloads::workflow_job(
+        "completed",
+        INSTALLATION,
+        GRADER,
+        &run,
+        900,
+        Some("gpu-4-a"),
+        Some("failure"),
+    );
+    let event = as_event("workflow_job", &done);
+    assert_eq!(event.action(), Some("completed"));
+    assert!(matches!(
+        &event,
+        Event::WorkflowJob { conclusion: Some(c), status, .. } if c == "failure" && status == "completed"
+    ));
+    let completed = payloads::workflow_run("completed", INSTALLATION, GRADER, &run);
+    let Event::WorkflowRun {
+        status, conclusion, ..
+    } = as_event("workflow_run", &completed)
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (status.as_str(), conclusion.as_deref()),
+        ("completed", Some("failure"))
+    );
+    fake.assert_no_violations();
+}

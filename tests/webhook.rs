@@ -385,6 +385,12 @@ fn handled_actions_are_not_ignored() {
         "installation_repositories/added",
         "installation_repositories/removed",
         "ping/ping",
+        "workflow_run/requested",
+        "workflow_run/completed",
+        "workflow_job/queued",
+        "workflow_job/waiting",
+        "workflow_job/in_progress",
+        "workflow_job/completed",
     ];
     for (event, path) in fixture_files() {
         let action = path
@@ -519,6 +525,59 @@ fn synthesized_variants() {
         (&[26764][..], Some("job-42"), "regrade")
     );
     assert_eq!(parsed.action(), Some("requested_action"));
+
+    // A workflow run in a state no fixture shows, under an App installation.
+    let body = edited("webhooks/workflow_run/requested.json", |v| {
+        v["action"] = json!("in_progress");
+        v["workflow_run"]["status"] = json!("in_progress");
+        v["workflow_run"]["display_title"] = json!("infradev-42-1");
+        v["installation"] = json!({"id": 77});
+    });
+    let parsed = parse("workflow_run", &body).unwrap();
+    assert_eq!(
+        parsed,
+        Event::WorkflowRun {
+            action: "in_progress".into(),
+            repo: infradev::webhook::Repo {
+                owner: "octo-org".into(),
+                name: "octo-repo".into(),
+            },
+            installation_id: Some(77),
+            run_id: 289782451,
+            status: "in_progress".into(),
+            conclusion: None,
+            display_title: "infradev-42-1".into(),
+        }
+    );
+    assert_eq!(parsed.action(), Some("in_progress"));
+    assert_eq!(parsed.installation_id(), Some(77));
+    assert_eq!(
+        parsed.repo().map(|r| r.full_name()).as_deref(),
+        Some("octo-org/octo-repo")
+    );
+
+    // A job no runner took yet, with an empty runner name; and one without the field at all.
+    for edit in [
+        (|v: &mut Value| v["workflow_job"]["runner_name"] = json!("")) as fn(&mut Value),
+        |v: &mut Value| {
+            v["workflow_job"]
+                .as_object_mut()
+                .unwrap()
+                .remove("runner_name");
+        },
+    ] {
+        let body = edited("webhooks/workflow_job/queued.json", edit);
+        let Event::WorkflowJob {
+            runner_name,
+            run_id,
+            job_id,
+            ..
+        } = parse("workflow_job", &body).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((runner_name, run_id, job_id), (None, 2202229078, 289782451));
+    }
 
     // Unknown events and actions are ignored whatever their shape.
     for (event, body, want) in [
@@ -759,6 +818,52 @@ fn parse_errors_name_the_path() {
             Some("repositories"),
         ),
         (
+            "workflow run id a string",
+            "workflow_run",
+            set(
+                "webhooks/workflow_run/completed.json",
+                "/workflow_run/id",
+                json!("289782451"),
+            ),
+            Some("workflow_run.id"),
+        ),
+        (
+            "workflow run without display_title",
+            "workflow_run",
+            remove(
+                "webhooks/workflow_run/requested.json",
+                "/workflow_run",
+                "display_title",
+            ),
+            Some("workflow_run"),
+        ),
+        (
+            "workflow job status null",
+            "workflow_job",
+            set(
+                "webhooks/workflow_job/in_progress.json",
+                "/workflow_job/status",
+                Value::Null,
+            ),
+            Some("workflow_job.status"),
+        ),
+        (
+            "workflow job without run_id",
+            "workflow_job",
+            remove(
+                "webhooks/workflow_job/waiting.json",
+                "/workflow_job",
+                "run_id",
+            ),
+            Some("workflow_job"),
+        ),
+        (
+            "workflow job action missing",
+            "workflow_job",
+            remove("webhooks/workflow_job/queued.json", "", "action"),
+            Some("."),
+        ),
+        (
             "added repo without full_name",
             "installation_repositories",
             remove(
@@ -922,6 +1027,18 @@ fn fixtures_to_decisions() {
             "ping",
             "ping",
             fixture("webhooks/ping/ping.json"),
+            Known::default(),
+        ),
+        (
+            "workflow_run completed wakes the remote follower",
+            "workflow_run",
+            fixture("webhooks/workflow_run/completed.json"),
+            Known::default(),
+        ),
+        (
+            "workflow_job in_progress wakes the remote follower",
+            "workflow_job",
+            fixture("webhooks/workflow_job/in_progress.json"),
             Known::default(),
         ),
     ];

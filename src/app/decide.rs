@@ -16,6 +16,9 @@
 //! - Check re-runs (`check_run` rerequested, the `regrade` button) grade each PR of the head
 //!   again, as a new attempt; `check_suite` requested/rerequested grade each PR of the head
 //!   that would be graded on a push. A PR whose head moved on is left alone.
+//! - `workflow_run` and `workflow_job` deliveries (any action) only say that a GitHub Actions run
+//!   changed ([`Decision::RemoteRunChanged`]): the remote-grade follower reads the run's state
+//!   from GitHub and decides, so a lost or reordered delivery changes nothing but latency.
 
 use std::collections::BTreeMap;
 
@@ -157,6 +160,11 @@ pub enum Decision {
         installation_id: u64,
         message: String,
     },
+    /// A GitHub Actions run in `repo` changed (`workflow_run` or `workflow_job`): wake the
+    /// follower of remote grades. Whether `run_id` is one of ours (a grade dispatched to the
+    /// grader repository) is the follower's business: it matches run ids it recorded, and
+    /// ignores the rest.
+    RemoteRunChanged { repo: Repo, run_id: u64 },
     /// Nothing to do, and why (for the log).
     Nothing { why: String },
 }
@@ -314,6 +322,12 @@ pub fn decide(event: &Event, settings: &Settings<'_>, known: &Known) -> Decided 
         Event::InstallationRepositories { .. } => Decided::only(Decision::nothing(
             "installation repositories changed: nothing to grade",
         )),
+        Event::WorkflowRun { repo, run_id, .. } | Event::WorkflowJob { repo, run_id, .. } => {
+            Decided::only(Decision::RemoteRunChanged {
+                repo: repo.clone(),
+                run_id: *run_id,
+            })
+        }
         Event::Ping => Decided::only(Decision::nothing("ping")),
         Event::Ignored { event, action } => Decided::only(Decision::nothing(match action {
             Some(action) => format!("{event} {action} is not handled"),
@@ -777,6 +791,7 @@ mod tests {
                 installation_id,
                 ..
             } => format!("reply {repo}#{number} inst={installation_id}"),
+            Decision::RemoteRunChanged { repo, run_id } => format!("run {repo} {run_id}"),
             Decision::Nothing { why } => format!("nothing: {why}"),
         }
     }
@@ -1592,6 +1607,87 @@ mod tests {
                 run(&event, &Known::default()),
                 vec![want.to_owned()],
                 "{event:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn workflow_events_wake_the_remote_follower() {
+        let workflow_run =
+            |action: &str, status: &str, conclusion: Option<&str>| Event::WorkflowRun {
+                action: action.into(),
+                repo: repo(),
+                installation_id: Some(INST),
+                run_id: 31,
+                status: status.into(),
+                conclusion: conclusion.map(str::to_owned),
+                display_title: "infradev-7-1".into(),
+            };
+        let workflow_job =
+            |action: &str, status: &str, conclusion: Option<&str>, runner: Option<&str>| {
+                Event::WorkflowJob {
+                    action: action.into(),
+                    repo: repo(),
+                    installation_id: None,
+                    run_id: 32,
+                    job_id: 900,
+                    status: status.into(),
+                    conclusion: conclusion.map(str::to_owned),
+                    runner_name: runner.map(str::to_owned),
+                }
+            };
+        let cases = [
+            (
+                "run requested",
+                workflow_run("requested", "queued", None),
+                "run o/r 31",
+            ),
+            (
+                "run in progress",
+                workflow_run("in_progress", "in_progress", None),
+                "run o/r 31",
+            ),
+            (
+                "run completed",
+                workflow_run("completed", "completed", Some("failure")),
+                "run o/r 31",
+            ),
+            (
+                "run of another workflow, or one GitHub adds later",
+                workflow_run("some_new_action", "completed", Some("success")),
+                "run o/r 31",
+            ),
+            (
+                "job waiting for a runner, no installation in the payload",
+                workflow_job("waiting", "waiting", None, None),
+                "run o/r 32",
+            ),
+            (
+                "job taken by a runner",
+                workflow_job("in_progress", "in_progress", None, Some("gpu-4-a")),
+                "run o/r 32",
+            ),
+            (
+                "job completed",
+                workflow_job("completed", "completed", Some("cancelled"), Some("gpu-4-a")),
+                "run o/r 32",
+            ),
+        ];
+        for (name, event, want) in cases {
+            let decided = {
+                let policy = policy();
+                let settings = Settings {
+                    policy: &policy,
+                    known_tasks: TASKS,
+                };
+                decide(&event, &settings, &Known::default())
+            };
+            assert_eq!(decided.pull, None, "{name}");
+            assert!(decided.notes.is_empty(), "{name}");
+            assert_eq!(
+                decided.decisions.iter().map(summary).collect::<Vec<_>>(),
+                vec![want.to_owned()],
+                "{name}"
             );
         }
     }

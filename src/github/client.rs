@@ -20,7 +20,7 @@ use super::types::{
 };
 
 /// Items per page when listing.
-const PER_PAGE: usize = 100;
+pub(super) const PER_PAGE: usize = 100;
 /// At most this many pages are read in one listing.
 const MAX_PAGES: usize = 100;
 
@@ -443,14 +443,15 @@ impl RepoClient {
         })
     }
 
-    fn path(&self, rest: &str) -> String {
+    /// `/repos/{owner}/{repo}` followed by `rest`.
+    pub(super) fn path(&self, rest: &str) -> String {
         format!("/repos/{}/{}{rest}", enc(&self.owner), enc(&self.repo))
     }
 
     /// One call with the installation token. A 401 means the cached token went stale (revoked,
     /// installation changed): forget it and try once more with a fresh one. A plain token is
     /// sent as it is, once.
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -478,7 +479,7 @@ impl RepoClient {
         app.transport().send(method, path, &token, body).await
     }
 
-    async fn call_ok(
+    pub(super) async fn call_ok(
         &self,
         method: Method,
         path: &str,
@@ -494,7 +495,7 @@ impl RepoClient {
 }
 
 /// Whether another page follows: the `Link` header says so, or (without one) the page was full.
-fn has_next(reply: &Reply, count: usize) -> bool {
+pub(super) fn has_next(reply: &Reply, count: usize) -> bool {
     match reply.headers.get(http::header::LINK) {
         Some(_) => next_link_param(&reply.headers, "page").is_some(),
         None => count >= PER_PAGE,

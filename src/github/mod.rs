@@ -1,6 +1,8 @@
-//! Everything that talks to GitHub: the App JWT, installation tokens, every REST call, and the
-//! retry classification of their failures. The only module that names octocrab or jsonwebtoken.
+//! Everything that talks to GitHub: the App JWT, installation tokens, every REST call (checks,
+//! comments, pulls, Actions workflow runs), and the retry classification of their failures. The
+//! only module that names octocrab or jsonwebtoken.
 
+mod actions;
 mod app;
 mod body;
 mod client;
@@ -8,6 +10,7 @@ mod error;
 mod transport;
 mod types;
 
+pub use actions::MAX_DISPATCH_INPUTS;
 pub use app::{GitHubApp, TOKEN_REFRESH_MARGIN};
 pub use client::RepoClient;
 pub use error::{GitHubError, Retry, RetryPolicy, SECONDARY_RATE_LIMIT_WAIT, SERVER_ERROR_WAIT};
@@ -16,4 +19,5 @@ pub use types::{
     Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunUpdate,
     Conclusion, FailedDelivery, MAX_ANNOTATION_MESSAGE_BYTES, MAX_ANNOTATION_TITLE_CHARS,
     MAX_ANNOTATIONS_PER_REQUEST, MAX_COMMENT_CHARS, MAX_OUTPUT_CHARS, PullSummary, Status,
+    WorkflowRunSummary,
 };

@@ -183,3 +183,22 @@ pub struct FailedDelivery {
     pub installation_id: Option<u64>,
     pub repository_id: Option<u64>,
 }
+
+/// What we read of a GitHub Actions workflow run (`GET /repos/{o}/{r}/actions/runs/{id}`): enough
+/// to follow a dispatched grade and to find it again by its name after a crash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowRunSummary {
+    pub id: u64,
+    /// `requested`, `queued`, `pending`, `waiting`, `in_progress` or `completed`; empty when
+    /// GitHub sends none (the description allows `null`).
+    pub status: String,
+    /// Set once `completed`: `success`, `failure`, `cancelled`, `timed_out`, `startup_failure`,
+    /// `action_required`, `neutral`, `skipped` or `stale`.
+    pub conclusion: Option<String>,
+    /// The run's `run-name` (the grading workflow sets it to the dispatch's `name` input), else
+    /// the workflow's name.
+    pub display_title: String,
+    pub html_url: String,
+    /// 1 for the first attempt, higher after a re-run of the same run.
+    pub run_attempt: u32,
+}

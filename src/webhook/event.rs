@@ -164,6 +164,35 @@ pub enum Event {
         added: Vec<String>,
         removed: Vec<String>,
     },
+    /// A `workflow_run` delivery, any action (`requested`, `in_progress`, `completed`): a
+    /// GitHub Actions run in `repo` changed. The scale-out backend dispatches grades as runs of
+    /// the private grader repository and follows them through these (plus polling, since a
+    /// delivery can be lost). `display_title` is the run's `run-name`, which the grading
+    /// workflow sets to the dispatch's name.
+    WorkflowRun {
+        action: String,
+        repo: Repo,
+        installation_id: Option<u64>,
+        run_id: u64,
+        /// `requested`, `queued`, `pending`, `waiting`, `in_progress` or `completed`.
+        status: String,
+        /// Set once `completed` (`success`, `failure`, `cancelled`, `timed_out`, …).
+        conclusion: Option<String>,
+        display_title: String,
+    },
+    /// A `workflow_job` delivery, any action (`queued`, `waiting`, `in_progress`, `completed`):
+    /// a job of run `run_id` in `repo` changed; `in_progress` tells which runner took it.
+    WorkflowJob {
+        action: String,
+        repo: Repo,
+        installation_id: Option<u64>,
+        run_id: u64,
+        job_id: u64,
+        status: String,
+        conclusion: Option<String>,
+        /// The runner the job was assigned to; `None` while it waits for one.
+        runner_name: Option<String>,
+    },
     Ping,
     /// An event or action we do not handle: accepted and ignored.
     Ignored {
@@ -188,7 +217,9 @@ impl Event {
                 rerequested: false, ..
             } => Some("requested"),
             Event::IssueComment { .. } => Some("created"),
-            Event::Installation { action, .. } => Some(action),
+            Event::Installation { action, .. }
+            | Event::WorkflowRun { action, .. }
+            | Event::WorkflowJob { action, .. } => Some(action),
             Event::InstallationRepositories { added, removed, .. } => {
                 match (added.is_empty(), removed.is_empty()) {
                     (false, true) => Some("added"),
@@ -212,6 +243,8 @@ impl Event {
             Event::IssueComment { .. } => "issue_comment",
             Event::Installation { .. } => "installation",
             Event::InstallationRepositories { .. } => "installation_repositories",
+            Event::WorkflowRun { .. } => "workflow_run",
+            Event::WorkflowJob { .. } => "workflow_job",
             Event::Ping => "ping",
             Event::Ignored { event, .. } => event,
         }
@@ -224,7 +257,9 @@ impl Event {
             | Event::CheckRunRerequested { repo, .. }
             | Event::CheckRunRequestedAction { repo, .. }
             | Event::CheckSuite { repo, .. }
-            | Event::IssueComment { repo, .. } => Some(repo),
+            | Event::IssueComment { repo, .. }
+            | Event::WorkflowRun { repo, .. }
+            | Event::WorkflowJob { repo, .. } => Some(repo),
             _ => None,
         }
     }
@@ -245,6 +280,12 @@ impl Event {
                 installation_id, ..
             }
             | Event::IssueComment {
+                installation_id, ..
+            }
+            | Event::WorkflowRun {
+                installation_id, ..
+            }
+            | Event::WorkflowJob {
                 installation_id, ..
             } => *installation_id,
             Event::Installation {

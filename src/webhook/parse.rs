@@ -49,7 +49,9 @@ pub fn parse(event_header: &str, body: &[u8]) -> Result<Event, ParseError> {
         | "check_suite"
         | "issue_comment"
         | "installation"
-        | "installation_repositories" => envelope.action(event)?,
+        | "installation_repositories"
+        | "workflow_run"
+        | "workflow_job" => envelope.action(event)?,
         _ => {
             return Ok(ignored(
                 envelope.action.and_then(|a| a.as_str().map(str::to_owned)),
@@ -135,6 +137,31 @@ pub fn parse(event_header: &str, body: &[u8]) -> Result<Event, ParseError> {
                 removed: full_names(p.repositories_removed),
             }
         }
+        ("workflow_run", _) => {
+            let p: WorkflowRunPayload = read(event, body)?;
+            Event::WorkflowRun {
+                action,
+                repo: p.repository.into(),
+                installation_id: p.installation.map(|i| i.id),
+                run_id: p.workflow_run.id,
+                status: p.workflow_run.status,
+                conclusion: p.workflow_run.conclusion,
+                display_title: p.workflow_run.display_title,
+            }
+        }
+        ("workflow_job", _) => {
+            let p: WorkflowJobPayload = read(event, body)?;
+            Event::WorkflowJob {
+                action,
+                repo: p.repository.into(),
+                installation_id: p.installation.map(|i| i.id),
+                run_id: p.workflow_job.run_id,
+                job_id: p.workflow_job.id,
+                status: p.workflow_job.status,
+                conclusion: p.workflow_job.conclusion,
+                runner_name: non_empty(p.workflow_job.runner_name),
+            }
+        }
         _ => ignored(Some(action)),
     })
 }
@@ -167,7 +194,8 @@ fn invalid(event: &str, path: &str, message: &str) -> ParseError {
     }
 }
 
-/// GitHub sends `external_id: ""` for check runs created without one.
+/// GitHub sends `external_id: ""` for check runs created without one; an empty string names
+/// nothing (also for `runner_name`).
 fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|s| !s.is_empty())
 }
@@ -412,4 +440,37 @@ struct InstallationRepositoriesPayload {
     repositories_added: Vec<RepoName>,
     #[serde(default)]
     repositories_removed: Vec<RepoName>,
+}
+
+#[derive(Deserialize)]
+struct WorkflowRunPayload {
+    repository: Repository,
+    installation: Option<InstallationRef>,
+    workflow_run: WorkflowRunObject,
+}
+
+#[derive(Deserialize)]
+struct WorkflowRunObject {
+    id: u64,
+    status: String,
+    conclusion: Option<String>,
+    display_title: String,
+}
+
+#[derive(Deserialize)]
+struct WorkflowJobPayload {
+    repository: Repository,
+    installation: Option<InstallationRef>,
+    workflow_job: WorkflowJobObject,
+}
+
+#[derive(Deserialize)]
+struct WorkflowJobObject {
+    id: u64,
+    run_id: u64,
+    status: String,
+    conclusion: Option<String>,
+    /// null (or absent) until a runner takes the job.
+    #[serde(default)]
+    runner_name: Option<String>,
 }

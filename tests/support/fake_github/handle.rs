@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 
 use super::respond::{self, error, ts, validation_failed};
 use super::spec::{Matched, spec};
-use super::world::{Failure, FakeCheckRun, FakeComment, FakeDelivery, RecordedRequest, World};
+use super::world::{
+    Failure, FakeCheckRun, FakeComment, FakeDelivery, FakeWorkflowRun, RecordedRequest, World,
+};
 
 /// What the fake sends back.
 pub struct Answer {
@@ -241,6 +243,20 @@ fn dispatch(world: &mut World, ctx: &Ctx<'_>) -> (Answer, Option<Outgoing>) {
                 None => Answer::new(404, error("Not Found", 404)),
             }
         }
+        "actions/create-workflow-dispatch" => dispatch_workflow(world, ctx),
+        "actions/get-workflow-run" => {
+            let repo = &world.repos[&ctx.repo_key()];
+            let id = ctx.id("run_id");
+            match repo.workflow_runs.iter().find(|r| r.id == id) {
+                Some(run) => Answer::new(
+                    200,
+                    respond::workflow_run(&repo.full_name, repo.id, workflow_id(repo, run), run),
+                ),
+                None => Answer::new(404, error("Not Found", 404)),
+            }
+        }
+        "actions/cancel-workflow-run" => cancel_workflow_run(world, ctx),
+        "actions/list-workflow-runs" => list_workflow_runs(world, ctx),
         "pulls/get" => {
             let key = ctx.repo_key();
             let repo = &world.repos[&key];
@@ -584,6 +600,145 @@ fn update_comment(world: &mut World, ctx: &Ctx<'_>) -> Answer {
     let c = c.clone();
     let full_name = repo.full_name.clone();
     Answer::new(200, respond::comment(world, &full_name, &c))
+}
+
+/// The id of the registered workflow a run belongs to (0 if it was unregistered since).
+fn workflow_id(repo: &super::world::RepoState, run: &FakeWorkflowRun) -> u64 {
+    repo.workflows
+        .iter()
+        .find(|w| w.file == run.workflow)
+        .map_or(0, |w| w.id)
+}
+
+/// `POST …/actions/workflows/{workflow_id}/dispatches`, as GitHub: the workflow (file name or
+/// id) must exist (404), the ref must be given (422), input values must be strings and declared
+/// by the workflow (422). The run is queued at once, named after its `name` input (the grading
+/// workflow's `run-name`).
+fn dispatch_workflow(world: &mut World, ctx: &Ctx<'_>) -> Answer {
+    let key = ctx.repo_key();
+    let wanted = ctx.param("workflow_id").to_string();
+    let Some(workflow) = world.repos[&key]
+        .workflows
+        .iter()
+        .find(|w| w.file == wanted || w.id.to_string() == wanted)
+        .cloned()
+    else {
+        return Answer::new(404, error("Not Found", 404));
+    };
+    let git_ref = ctx.body["ref"].as_str().unwrap_or_default().to_string();
+    let inputs = ctx.body["inputs"].as_object().cloned().unwrap_or_default();
+    let mut problems = Vec::new();
+    if git_ref.is_empty() {
+        problems.push("No ref found for: \"\" (a branch or tag is required)".to_string());
+    }
+    for (name, value) in &inputs {
+        if !value.is_string() {
+            problems.push(format!(
+                "Invalid request.\n\nFor 'properties/{name}', {value} is not a string."
+            ));
+        }
+    }
+    if let Some(declared) = &workflow.inputs {
+        let unexpected: Vec<&String> = inputs.keys().filter(|k| !declared.contains(k)).collect();
+        if !unexpected.is_empty() {
+            problems.push(format!("Unexpected inputs provided: {unexpected:?}"));
+        }
+    }
+    if !problems.is_empty() {
+        world.violations.push(format!(
+            "POST {}: GitHub rejects this dispatch: {}",
+            ctx.path,
+            problems.join("; ")
+        ));
+        return Answer::new(422, error(&problems.join("; "), 422));
+    }
+    let id = world.id();
+    let display_title = inputs
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .unwrap_or(&workflow.file)
+        .to_string();
+    let run = FakeWorkflowRun {
+        id,
+        workflow: workflow.file.clone(),
+        git_ref,
+        inputs,
+        status: "queued".into(),
+        conclusion: None,
+        display_title,
+        run_attempt: 1,
+        cancel_requested: false,
+    };
+    let repo = world.repos.get_mut(&key).expect("authenticated repo");
+    let full_name = repo.full_name.clone();
+    repo.workflow_runs.push(run);
+    if ctx.body["return_run_details"].as_bool() == Some(true) {
+        Answer::new(200, respond::workflow_dispatch(&full_name, id))
+    } else {
+        Answer::new(204, Value::Null)
+    }
+}
+
+/// `POST …/actions/runs/{run_id}/cancel`: 202 and the run ends `cancelled` (GitHub takes a
+/// moment; the fake is instant), or GitHub's 409 for a run that already completed.
+fn cancel_workflow_run(world: &mut World, ctx: &Ctx<'_>) -> Answer {
+    let id = ctx.id("run_id");
+    let repo = world
+        .repos
+        .get_mut(&ctx.repo_key())
+        .expect("authenticated repo");
+    let Some(run) = repo.workflow_runs.iter_mut().find(|r| r.id == id) else {
+        return Answer::new(404, error("Not Found", 404));
+    };
+    if run.status == "completed" {
+        return Answer::new(
+            409,
+            error("Cannot cancel a workflow run that is completed.", 409),
+        );
+    }
+    run.cancel_requested = true;
+    run.status = "completed".into();
+    run.conclusion = Some("cancelled".into());
+    Answer::new(202, json!({}))
+}
+
+/// `GET …/actions/workflows/{workflow_id}/runs`: the workflow's runs, newest first, filtered
+/// by `event` (every fake run is a `workflow_dispatch`) and `status` (a status or a
+/// conclusion, as GitHub matches it), page-numbered.
+fn list_workflow_runs(world: &mut World, ctx: &Ctx<'_>) -> Answer {
+    let repo = &world.repos[&ctx.repo_key()];
+    let wanted = ctx.param("workflow_id");
+    let Some(workflow) = repo
+        .workflows
+        .iter()
+        .find(|w| w.file == wanted || w.id.to_string() == wanted)
+    else {
+        return Answer::new(404, error("Not Found", 404));
+    };
+    let mut runs: Vec<&FakeWorkflowRun> = repo
+        .workflow_runs
+        .iter()
+        .filter(|r| r.workflow == workflow.file)
+        .filter(|_| ctx.q.get("event").is_none_or(|e| *e == "workflow_dispatch"))
+        .filter(|r| {
+            ctx.q
+                .get("status")
+                .is_none_or(|s| r.status == *s || r.conclusion.as_deref() == Some(*s))
+        })
+        .collect();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.id));
+    let (page, per_page) = ctx.page();
+    let total = runs.len();
+    let items: Vec<Value> = paginate(&runs, page, per_page)
+        .into_iter()
+        .map(|r| respond::workflow_run(&repo.full_name, repo.id, workflow.id, r))
+        .collect();
+    let mut answer = Answer::new(200, json!({"total_count": total, "workflow_runs": items}));
+    if let Some(link) = ctx.page_link(page, per_page, total) {
+        answer = answer.header("link", link);
+    }
+    answer
 }
 
 fn failure_answer(failure: &Failure) -> Answer {

@@ -33,12 +33,12 @@ pub use keys::{TestKey, app_key};
 pub use spec::{API_VERSION, SPEC_PATH};
 #[allow(unused_imports)]
 pub use world::{
-    Failure, FakeCheckRun, FakeComment, FakeDelivery, FakePull, HeadRepo, NewDelivery,
-    RecordedRequest,
+    Failure, FakeCheckRun, FakeComment, FakeDelivery, FakePull, FakeWorkflowRun, HeadRepo,
+    NewDelivery, RecordedRequest,
 };
 
 use handle::{Incoming, Outgoing};
-use world::{FailureRule, Installation, WebhookTarget, World};
+use world::{FailureRule, FakeWorkflow, Installation, WebhookTarget, World};
 
 /// The test App's id and slug (its bot user is `infradev-test[bot]`).
 pub const APP_ID: u64 = 4242;
@@ -181,6 +181,62 @@ impl FakeGitHub {
             .repo_mut(repo)
             .permissions
             .insert(user.to_ascii_lowercase(), role.to_string());
+    }
+
+    /// Register workflow file `file` (`grade.yml`) in `repo`, accepting any dispatch inputs. A
+    /// dispatch of a workflow that was not registered gets GitHub's 404.
+    pub fn add_workflow(&self, repo: &str, file: &str) {
+        self.register_workflow(repo, file, None);
+    }
+
+    /// Register a workflow that declares exactly `inputs` under `on.workflow_dispatch`: a
+    /// dispatch with any other input gets GitHub's 422 "Unexpected inputs provided".
+    pub fn add_workflow_with_inputs(&self, repo: &str, file: &str, inputs: &[&str]) {
+        let inputs = inputs.iter().map(|i| (*i).to_string()).collect();
+        self.register_workflow(repo, file, Some(inputs));
+    }
+
+    fn register_workflow(&self, repo: &str, file: &str, inputs: Option<Vec<String>>) {
+        let mut w = self.world();
+        let id = w.id();
+        let workflows = &mut w.repo_mut(repo).workflows;
+        workflows.retain(|wf| wf.file != file);
+        workflows.push(FakeWorkflow {
+            id,
+            file: file.to_string(),
+            inputs,
+        });
+    }
+
+    /// The workflow runs of `repo`, oldest first.
+    pub fn workflow_runs(&self, repo: &str) -> Vec<FakeWorkflowRun> {
+        self.world()
+            .repos
+            .get(&repo.to_ascii_lowercase())
+            .map(|r| r.workflow_runs.clone())
+            .unwrap_or_default()
+    }
+
+    /// What the runner did to run `id`: `status` (`in_progress`, `completed`, …) and
+    /// `conclusion` (`success`, `failure`, `cancelled`, … once completed). Returns the run as it
+    /// is now, for building its webhooks.
+    #[track_caller]
+    pub fn set_workflow_run(
+        &self,
+        repo: &str,
+        id: u64,
+        status: &str,
+        conclusion: Option<&str>,
+    ) -> FakeWorkflowRun {
+        let mut w = self.world();
+        let run = w
+            .repos
+            .get_mut(&repo.to_ascii_lowercase())
+            .and_then(|r| r.workflow_runs.iter_mut().find(|run| run.id == id))
+            .unwrap_or_else(|| panic!("no workflow run {id} in {repo}"));
+        run.status = status.to_string();
+        run.conclusion = conclusion.map(str::to_string);
+        run.clone()
     }
 
     /// A webhook delivery in the App's delivery log; returns its id.

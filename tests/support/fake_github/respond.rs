@@ -6,7 +6,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
 use super::spec::spec;
-use super::world::{FakeCheckRun, FakeComment, FakeDelivery, FakePull, HeadRepo, World};
+use super::world::{
+    FakeCheckRun, FakeComment, FakeDelivery, FakePull, FakeWorkflowRun, HeadRepo, World,
+};
 
 const WEB: &str = "https://github.com";
 const API: &str = "https://api.github.com";
@@ -220,6 +222,123 @@ pub fn permission(login: &str, role: &str) -> Value {
     v["permission"] = json!(legacy);
     v["role_name"] = json!(role);
     v["user"] = u;
+    v
+}
+
+/// A stable 40-hex commit id for a ref (the fake keeps no commits).
+fn commit_of(git_ref: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut out = String::new();
+    for round in 0u8..3 {
+        for b in git_ref.bytes().chain([round]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        out.push_str(&format!("{h:016x}"));
+    }
+    out.truncate(40);
+    out
+}
+
+/// A minimal-repository object (what a workflow run embeds), from the run example's own.
+fn minimal_repository(full_name: &str, id: u64) -> Value {
+    let (owner, name) = full_name.split_once('/').unwrap_or(("octocat", full_name));
+    let mut r = spec().example("workflow-run")["repository"].clone();
+    let old_full = r["full_name"].as_str().unwrap_or_default().to_string();
+    // Every URL of the example names its repository; point them all at this one.
+    if let Some(obj) = r.as_object_mut() {
+        for (key, value) in obj.iter_mut() {
+            if key.ends_with("url")
+                && let Some(text) = value.as_str()
+            {
+                *value = json!(text.replace(&old_full, full_name));
+            }
+        }
+    }
+    r["id"] = json!(id);
+    r["node_id"] = json!(format!("R_{id}"));
+    r["name"] = json!(name);
+    r["full_name"] = json!(full_name);
+    r["owner"] = user(owner, false);
+    r["private"] = json!(true);
+    r
+}
+
+/// A workflow run (the `workflow-run` schema, one of the description's largest): the
+/// description's complete example with the run's own values over it.
+pub fn workflow_run(
+    full_name: &str,
+    repo_id: u64,
+    workflow_id: u64,
+    run: &FakeWorkflowRun,
+) -> Value {
+    let mut v = spec().example("workflow-run");
+    let id = run.id;
+    let runs = format!("{API}/repos/{full_name}/actions/runs/{id}");
+    let sha = commit_of(&run.git_ref);
+    let now = ts(Utc::now());
+    v["id"] = json!(id);
+    v["node_id"] = json!(format!("WFR_{id}"));
+    v["name"] = json!(
+        run.workflow
+            .trim_end_matches(".yml")
+            .trim_end_matches(".yaml")
+    );
+    v["check_suite_id"] = json!(id + 2_000_000);
+    v["check_suite_node_id"] = json!(format!("CS_{}", id + 2_000_000));
+    v["head_branch"] = json!(run.git_ref);
+    v["head_sha"] = json!(sha);
+    v["path"] = json!(format!(
+        ".github/workflows/{}@{}",
+        run.workflow, run.git_ref
+    ));
+    v["run_number"] = json!(id);
+    v["event"] = json!("workflow_dispatch");
+    v["display_title"] = json!(run.display_title);
+    v["status"] = json!(run.status);
+    v["conclusion"] = json!(run.conclusion);
+    v["workflow_id"] = json!(workflow_id);
+    v["url"] = json!(runs);
+    v["html_url"] = json!(format!("{WEB}/{full_name}/actions/runs/{id}"));
+    v["pull_requests"] = json!([]);
+    v["created_at"] = json!(now);
+    v["updated_at"] = json!(now);
+    v["run_started_at"] = json!(now);
+    v["run_attempt"] = json!(run.run_attempt);
+    v["referenced_workflows"] = json!([]);
+    // The App dispatched it.
+    let bot = format!("{}[bot]", super::APP_SLUG);
+    v["actor"] = user(&bot, true);
+    v["triggering_actor"] = user(&bot, true);
+    v["jobs_url"] = json!(format!("{runs}/jobs"));
+    v["logs_url"] = json!(format!("{runs}/logs"));
+    v["check_suite_url"] = json!(format!(
+        "{API}/repos/{full_name}/check-suites/{}",
+        id + 2_000_000
+    ));
+    v["artifacts_url"] = json!(format!("{runs}/artifacts"));
+    v["cancel_url"] = json!(format!("{runs}/cancel"));
+    v["rerun_url"] = json!(format!("{runs}/rerun"));
+    v["previous_attempt_url"] = if run.run_attempt > 1 {
+        json!(format!("{runs}/attempts/{}", run.run_attempt - 1))
+    } else {
+        Value::Null
+    };
+    v["workflow_url"] = json!(format!(
+        "{API}/repos/{full_name}/actions/workflows/{workflow_id}"
+    ));
+    v["head_commit"]["id"] = json!(sha);
+    v["head_commit"]["message"] = json!(format!("Update {}", run.workflow));
+    v["repository"] = minimal_repository(full_name, repo_id);
+    v["head_repository"] = minimal_repository(full_name, repo_id);
+    v
+}
+
+/// The answer to a dispatch with `return_run_details`.
+pub fn workflow_dispatch(full_name: &str, run_id: u64) -> Value {
+    let mut v = spec().example("workflow-dispatch-response");
+    v["workflow_run_id"] = json!(run_id);
+    v["run_url"] = json!(format!("{API}/repos/{full_name}/actions/runs/{run_id}"));
+    v["html_url"] = json!(format!("{WEB}/{full_name}/actions/runs/{run_id}"));
     v
 }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use http::Method;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// A pull request as a test seeds it.
 #[derive(Debug, Clone)]
@@ -74,6 +74,36 @@ pub struct FakeCheckRun {
     pub actions: Vec<Value>,
     /// Every request body that created or changed the run, in order.
     pub history: Vec<Value>,
+}
+
+/// A GitHub Actions workflow run as the fake holds it: made by a workflow dispatch, changed by
+/// a cancel or by the test ([`super::FakeGitHub::set_workflow_run`], standing in for the runner).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeWorkflowRun {
+    pub id: u64,
+    /// The workflow's file name (`grade.yml`).
+    pub workflow: String,
+    /// The branch or tag it was dispatched on.
+    pub git_ref: String,
+    /// The dispatch's inputs, as sent.
+    pub inputs: Map<String, Value>,
+    /// `queued`, `in_progress`, `completed`, … (what GitHub reports).
+    pub status: String,
+    pub conclusion: Option<String>,
+    /// The run's name: the `name` input (the grading workflow's `run-name`), else the file name.
+    pub display_title: String,
+    pub run_attempt: u32,
+    /// Someone asked GitHub to cancel it.
+    pub cancel_requested: bool,
+}
+
+/// A workflow file registered in a repository ([`super::FakeGitHub::add_workflow`]).
+#[derive(Debug, Clone)]
+pub(crate) struct FakeWorkflow {
+    pub id: u64,
+    pub file: String,
+    /// The inputs its `on.workflow_dispatch` declares; `None` accepts any.
+    pub inputs: Option<Vec<String>>,
 }
 
 /// An issue or PR comment as the fake holds it.
@@ -196,6 +226,8 @@ pub(crate) struct RepoState {
     pub comments: Vec<FakeComment>,
     /// login (lower case) → admin|maintain|write|triage|read|none
     pub permissions: BTreeMap<String, String>,
+    pub workflows: Vec<FakeWorkflow>,
+    pub workflow_runs: Vec<FakeWorkflowRun>,
 }
 
 pub(crate) struct WebhookTarget {
@@ -263,6 +295,8 @@ impl World {
                     check_runs: Vec::new(),
                     comments: Vec::new(),
                     permissions: BTreeMap::new(),
+                    workflows: Vec::new(),
+                    workflow_runs: Vec::new(),
                 },
             );
         }
