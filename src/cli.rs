@@ -54,6 +54,16 @@ pub enum Command {
     /// Grade the pull request of a GitHub Actions `pull_request` run (action.yml;
     /// docs/github-action.md).
     Action(crate::action::ActionArgs),
+    /// Remote grading (scale-out backends).
+    #[command(subcommand)]
+    Job(JobCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Grade a job dispatched by the server (a Slurm batch job, a GitHub Actions run) and post
+    /// the result to the server with the dispatch's token (docs/scale-out.md).
+    Run(crate::job_run::JobRunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -211,6 +221,7 @@ pub async fn run(mut cli: Cli) -> u8 {
         Command::Demo { sandbox } => demo::run(&cli.root, &sandbox.choice()).await,
         Command::Serve { config } => serve(&config).await,
         Command::Action(args) => Ok(crate::action::run(&cli.root, args).await),
+        Command::Job(JobCommand::Run(args)) => Ok(crate::job_run::run(&cli.root, args).await),
         Command::App(AppCommand::Manifest {
             name,
             url,

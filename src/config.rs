@@ -35,6 +35,9 @@ pub struct ServerConfig {
     pub reconcile: ReconcileConfig,
     #[serde(default)]
     pub outbox: OutboxConfig,
+    /// Remote engines grades can be handed to, and which tasks go where.
+    #[serde(default)]
+    pub backends: BackendsConfig,
     /// Largest webhook body accepted, in bytes (GitHub sends at most 25 MB).
     #[serde(default = "default_body_limit")]
     pub body_limit_bytes: usize,
@@ -168,6 +171,67 @@ impl Default for OutboxConfig {
     }
 }
 
+/// `[backends]`: scale-out. With no routes every grade runs on this server's workers.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendsConfig {
+    /// The server's URL as remote runs reach it: results are posted to
+    /// `<result_url>/jobs/<id>/result`. Required when a route names a remote backend.
+    #[serde(default)]
+    pub result_url: Option<String>,
+    /// `[[backends.route]]`: the first rule the task matches picks its backend; no match: local.
+    #[serde(default, rename = "route")]
+    pub routes: Vec<crate::backend::Route>,
+    /// Seconds a dispatch may wait in the engine's queue (on top of twice its time limit)
+    /// before it counts as lost; also how long its result token stays valid.
+    #[serde(default = "default_queue_timeout_s")]
+    pub queue_timeout_s: u64,
+    /// Seconds a run's result may arrive after the engine says the run ended.
+    #[serde(default = "default_result_grace_s")]
+    pub result_grace_s: u64,
+    /// Seconds between passes over the engine's view of open dispatches (webhooks wake it
+    /// sooner for GitHub Actions).
+    #[serde(default = "default_follow_s")]
+    pub follow_interval_s: u64,
+    #[serde(default)]
+    pub slurm: Option<crate::backend::slurm::SlurmConfig>,
+    #[serde(default)]
+    pub github_actions: Option<crate::backend::github_actions::ActionsConfig>,
+}
+
+impl BackendsConfig {
+    /// Every route must name a configured backend, and remote ones need `result_url`.
+    pub fn check(&self) -> anyhow::Result<()> {
+        use crate::backend::BackendName;
+        for (i, route) in self.routes.iter().enumerate() {
+            let configured = match route.backend {
+                BackendName::Local => true,
+                BackendName::Slurm => self.slurm.is_some(),
+                BackendName::GitHubActions => self.github_actions.is_some(),
+            };
+            if !configured {
+                bail!(
+                    "backends.route[{i}] names `{}`, but [backends.{}] is not configured",
+                    route.backend.as_str(),
+                    route.backend.as_str().replace('-', "_")
+                );
+            }
+            if route.backend != BackendName::Local && self.result_url.is_none() {
+                bail!(
+                    "backends.route[{i}] hands grades to `{}`: set backends.result_url, the URL its runs post results to",
+                    route.backend.as_str()
+                );
+            }
+        }
+        if let Some(slurm) = &self.slurm {
+            slurm
+                .validate()
+                .map_err(|e| anyhow::anyhow!("backends.slurm: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
 /// The secrets the server needs, loaded from files or the environment, never logged.
 pub struct Secrets {
     pub private_key: SecretString,
@@ -193,8 +257,13 @@ impl ServerConfig {
     }
 
     pub fn parse(path: &Path, text: &str) -> anyhow::Result<ServerConfig> {
-        toml::from_str(text)
-            .map_err(|e| crate::task::ManifestError::from_toml(path, text, &e).into())
+        let config: ServerConfig = toml::from_str(text)
+            .map_err(|e| crate::task::ManifestError::from_toml(path, text, &e))?;
+        config
+            .backends
+            .check()
+            .with_context(|| format!("{}", path.display()))?;
+        Ok(config)
     }
 
     /// Loads the secrets this config points at.
@@ -282,6 +351,15 @@ fn default_reconcile_s() -> u64 {
 }
 fn default_true() -> bool {
     true
+}
+fn default_queue_timeout_s() -> u64 {
+    24 * 3600
+}
+fn default_result_grace_s() -> u64 {
+    30
+}
+fn default_follow_s() -> u64 {
+    15
 }
 fn default_attempts() -> u32 {
     12

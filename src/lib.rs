@@ -5,6 +5,7 @@
 pub mod action;
 pub mod app;
 pub mod app_manifest;
+pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod demo;
@@ -14,6 +15,7 @@ pub mod github;
 pub mod grade;
 pub mod grading;
 pub mod guard;
+pub mod job_run;
 pub mod lint;
 pub mod redact;
 pub mod report;

@@ -25,9 +25,14 @@ pub struct Processor {
     pub github: Arc<GitHubApp>,
     pub policy: AgentPolicy,
     pub known_tasks: Vec<String>,
+    /// The remote backend each task is routed to (`[[backends.route]]`); absent: local.
+    pub task_backends: BTreeMap<String, crate::backend::BackendName>,
     /// Woken when jobs or outbox rows were added.
     pub wake_worker: Arc<Notify>,
     pub wake_outbox: Arc<Notify>,
+    /// Woken when a GitHub Actions run changed (`workflow_run` / `workflow_job`): the follower of
+    /// remote grades then reads the runs it dispatched instead of waiting for its next poll.
+    pub wake_remote: Arc<Notify>,
 }
 
 /// Why a delivery could not be handled.
@@ -212,6 +217,11 @@ impl Processor {
                     .await
                     .map_err(transient)?;
                 if enqueued.created {
+                    if let Some(backend) = self.task_backends.get(&task) {
+                        tx.set_job_backend(enqueued.job.id, backend.as_str())
+                            .await
+                            .map_err(transient)?;
+                    }
                     tx.push_outbox(
                         &Message::CheckQueued {
                             job_id: enqueued.job.id.0,
@@ -236,6 +246,10 @@ impl Processor {
                 // A worker that is busy now misses notify_waiters; keep one wake-up for it.
                 self.wake_worker.notify_one();
                 self.wake_outbox.notify_one();
+                if !enqueued.cancelled.is_empty() {
+                    // Runs of the superseded heads are cancelled in their engines.
+                    self.wake_remote.notify_waiters();
+                }
             }
             Decision::CancelActive { repo, number } => {
                 let repo = repo.full_name();
@@ -257,6 +271,7 @@ impl Processor {
                 }
                 tx.commit().await.map_err(transient)?;
                 self.wake_outbox.notify_one();
+                self.wake_remote.notify_waiters();
             }
             Decision::NeutralNoTask {
                 repo,
@@ -320,6 +335,11 @@ impl Processor {
                     .await
                     .map_err(transient)?;
                 self.wake_outbox.notify_one();
+            }
+            Decision::RemoteRunChanged { repo, run_id } => {
+                tracing::debug!(%repo, run_id, "a workflow run changed");
+                // notify_one keeps the wake-up for a follower that is busy right now.
+                self.wake_remote.notify_one();
             }
             Decision::Nothing { why } => tracing::debug!(%why, "nothing to do"),
         }

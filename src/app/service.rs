@@ -3,6 +3,7 @@
 //! reconcile pass resumes lapsed jobs, delivers what the outbox still holds and (optionally)
 //! asks GitHub for failed deliveries to redeliver.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,12 @@ use tokio::task::JoinSet;
 use super::mirror::Mirrors;
 use super::outbox::Outbox;
 use super::processor::Processor;
+use super::remote::RemoteBackend;
 use super::worker::Worker;
+use crate::backend::github_actions::GitHubActions;
+use crate::backend::route::route;
+use crate::backend::slurm::Slurm;
+use crate::backend::{BackendName, Remote};
 use crate::config::{ExecutorName, Secrets, ServerConfig};
 use crate::github::{GitHubApp, RetryPolicy};
 use crate::grade::ExecutorChoice;
@@ -40,6 +46,8 @@ pub struct Service {
 pub struct Tuning {
     pub retry: RetryPolicy,
     pub poll: Duration,
+    /// Upper bound on the remote follower's interval (`backends.follow_interval_s`).
+    pub follow: Duration,
 }
 
 impl Default for Tuning {
@@ -47,6 +55,7 @@ impl Default for Tuning {
         Tuning {
             retry: RetryPolicy::default(),
             poll: IDLE_POLL,
+            follow: Duration::MAX,
         }
     }
 }
@@ -72,17 +81,33 @@ impl Service {
             .flatten()
             .map(|t| t.id.clone())
             .collect();
-        let (wake_processor, wake_worker, wake_outbox) = (
+        let (wake_processor, wake_worker, wake_outbox, wake_remote) = (
+            Arc::new(Notify::new()),
             Arc::new(Notify::new()),
             Arc::new(Notify::new()),
             Arc::new(Notify::new()),
         );
+        // Which tasks go to a remote engine (`[[backends.route]]`; the rest: local workers).
+        let task_backends: BTreeMap<String, BackendName> = registry
+            .tasks
+            .iter()
+            .flatten()
+            .map(|t| {
+                (
+                    t.id.clone(),
+                    route(&config.backends.routes, &t.id, &t.resources),
+                )
+            })
+            .filter(|(_, b)| *b != BackendName::Local)
+            .collect();
 
         let state = AppState {
             store: store.clone(),
             intake: crate::server::Intake::start(store.clone()),
             webhook_secrets: Arc::new(secrets.webhook_secrets),
             wake: wake_processor.clone(),
+            wake_outbox: wake_outbox.clone(),
+            wake_remote: wake_remote.clone(),
             metrics: install_metrics(),
         };
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -104,6 +129,8 @@ impl Service {
             known_tasks,
             wake_worker: wake_worker.clone(),
             wake_outbox: wake_outbox.clone(),
+            task_backends: task_backends.clone(),
+            wake_remote: wake_remote.clone(),
         });
         spawn_loop(
             &mut tasks,
@@ -184,6 +211,46 @@ impl Service {
             );
         }
 
+        for backend in remote_backends(&config, &task_backends, &github)? {
+            let remote = Arc::new(RemoteBackend::new(
+                backend,
+                store.clone(),
+                github.clone(),
+                mirrors.clone(),
+                root.clone(),
+                config.github.web_url.clone(),
+                config.backends.result_url.clone().unwrap_or_default(),
+                Duration::from_secs(config.backends.queue_timeout_s),
+                Duration::from_secs(config.backends.result_grace_s),
+                wake_outbox.clone(),
+                wake_worker.clone(),
+            ));
+            let dispatcher = remote.clone();
+            spawn_loop(
+                &mut tasks,
+                "dispatcher",
+                wake_worker.clone(),
+                tuning.poll,
+                move || {
+                    let d = dispatcher.clone();
+                    async move {
+                        while d.dispatch_once().await? {}
+                        Ok(())
+                    }
+                },
+            );
+            spawn_loop(
+                &mut tasks,
+                "follower",
+                wake_remote.clone(),
+                Duration::from_secs(config.backends.follow_interval_s.max(1)).min(tuning.follow),
+                move || {
+                    let f = remote.clone();
+                    async move { f.follow_once().await }
+                },
+            );
+        }
+
         let reconcile = Reconcile {
             store,
             github,
@@ -219,6 +286,37 @@ impl Service {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
     }
+}
+
+/// The remote backends some task is routed to, built from their configuration.
+fn remote_backends(
+    config: &ServerConfig,
+    task_backends: &BTreeMap<String, BackendName>,
+    github: &Arc<GitHubApp>,
+) -> anyhow::Result<Vec<Remote>> {
+    let used: BTreeSet<BackendName> = task_backends.values().copied().collect();
+    let mut remotes = Vec::new();
+    for name in used {
+        remotes.push(match name {
+            BackendName::Local => continue,
+            BackendName::Slurm => Remote::Slurm(Slurm::new(
+                config
+                    .backends
+                    .slurm
+                    .clone()
+                    .context("a route names slurm, which is not configured")?,
+            )),
+            BackendName::GitHubActions => Remote::GitHubActions(GitHubActions::new(
+                config
+                    .backends
+                    .github_actions
+                    .clone()
+                    .context("a route names github-actions, which is not configured")?,
+                github.clone(),
+            )),
+        });
+    }
+    Ok(remotes)
 }
 
 /// Runs `step` at start, on every wake-up and at least every `poll`; a failing step is logged

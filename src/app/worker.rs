@@ -136,31 +136,50 @@ impl Worker {
         }
     }
 
-    /// Fetches the head from the PR's head repository and the task's commits from the
-    /// repository the App is installed on, into one mirror.
     async fn fetch(&self, job: &Job, base: &str, reference: &str) -> anyhow::Result<PathBuf> {
-        let (owner, name) = job
-            .repo
-            .split_once('/')
-            .context("repository is not owner/name")?;
-        let client = self.github.client(job.installation_id, owner, name).await?;
-        let pull = client.pull_request(job.number).await?;
-        let head_url = pull
-            .head_clone_url
-            .context("the head repository was deleted")?;
-        let token = self.github.installation_token(job.installation_id).await?;
-        let base_url = format!("{}{}.git", self.web_url, job.repo);
-        let mirrors = self.mirrors.clone();
-        let (repo, head) = (job.repo.clone(), job.head_sha.clone());
-        let (base, reference) = (base.to_owned(), reference.to_owned());
-        tokio::task::spawn_blocking(move || {
-            // The task's commits first: a missing one is reported by the grade, not here.
-            if let Err(e) = mirrors.fetch(&repo, &base_url, Some(&token), &[&base, &reference]) {
-                tracing::warn!(error = %format!("{e:#}"), "cannot fetch the task's base and reference commits");
-            }
-            mirrors.fetch(&repo, &head_url, Some(&token), &[&head])
-        })
+        fetch_submission(
+            &self.github,
+            &self.mirrors,
+            &self.web_url,
+            job,
+            base,
+            reference,
+        )
         .await
-        .context("the fetch task panicked")?
     }
+}
+
+/// Fetches a job's head from the PR's head repository and the task's commits from the
+/// repository the App is installed on, into one mirror; returns the mirror.
+pub(crate) async fn fetch_submission(
+    github: &GitHubApp,
+    mirrors: &Arc<Mirrors>,
+    web_url: &str,
+    job: &Job,
+    base: &str,
+    reference: &str,
+) -> anyhow::Result<PathBuf> {
+    let (owner, name) = job
+        .repo
+        .split_once('/')
+        .context("repository is not owner/name")?;
+    let client = github.client(job.installation_id, owner, name).await?;
+    let pull = client.pull_request(job.number).await?;
+    let head_url = pull
+        .head_clone_url
+        .context("the head repository was deleted")?;
+    let token = github.installation_token(job.installation_id).await?;
+    let base_url = format!("{web_url}{}.git", job.repo);
+    let mirrors = mirrors.clone();
+    let (repo, head) = (job.repo.clone(), job.head_sha.clone());
+    let (base, reference) = (base.to_owned(), reference.to_owned());
+    tokio::task::spawn_blocking(move || {
+        // The task's commits first: a missing one is reported by the grade, not here.
+        if let Err(e) = mirrors.fetch(&repo, &base_url, Some(&token), &[&base, &reference]) {
+            tracing::warn!(error = %format!("{e:#}"), "cannot fetch the task's base and reference commits");
+        }
+        mirrors.fetch(&repo, &head_url, Some(&token), &[&head])
+    })
+    .await
+    .context("the fetch task panicked")?
 }

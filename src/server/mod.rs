@@ -3,6 +3,7 @@
 
 mod intake;
 mod metrics;
+mod results;
 mod router;
 mod webhook;
 

@@ -21,12 +21,17 @@ pub struct AppState {
     pub webhook_secrets: Arc<Vec<SecretString>>,
     /// Woken after a delivery is stored, so the processor handles it at once.
     pub wake: Arc<Notify>,
+    /// Woken when a remote result finished a job (its reports are queued).
+    pub wake_outbox: Arc<Notify>,
+    /// Woken when a remote result asks for a re-dispatch.
+    pub wake_remote: Arc<Notify>,
     pub metrics: PrometheusHandle,
 }
 
 pub fn create_app(state: AppState, body_limit: usize) -> Router {
     Router::new()
         .route("/webhook", post(super::webhook::receive))
+        .route("/jobs/{id}/result", post(super::results::post_result))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route(

@@ -133,6 +133,9 @@ pub struct Resources {
     /// Hard limit for one test, enforced inside the sandbox.
     pub test_timeout_s: u64,
     pub timeouts: Timeouts,
+    /// What the grade needs of a machine beyond counts (`h100`, `nvlink`): a remote backend
+    /// turns them into Slurm constraints or runner labels.
+    pub labels: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -207,6 +210,8 @@ struct RawResources {
     pids: Spanned<i64>,
     test_timeout_s: Spanned<u64>,
     timeouts: Timeouts,
+    #[serde(default)]
+    labels: Vec<String>,
 }
 
 /// Loads `<dir>/task.toml` and the probes in `probes_dir`.
@@ -380,6 +385,7 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
             pids: r.pids.clone().into_inner(),
             test_timeout_s: r.test_timeout_s.clone().into_inner(),
             timeouts: r.timeouts,
+            labels: r.labels.clone(),
         },
         probes,
     })

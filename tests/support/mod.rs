@@ -10,6 +10,7 @@ use infradev::report::Report;
 
 pub mod fake_github;
 pub mod payloads;
+pub mod story;
 
 pub const TASK: &str = "example-block-allocator";
 /// The tag runners/base-image/build.sh always (re)points at the newest base image.

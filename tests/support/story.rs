@@ -1,0 +1,405 @@
+//! The service harness the stories share: a fake github.com, a real store (SQLite or
+//! PostgreSQL), the real service, and the example repository served by SHA.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use infradev::app::service::{Service, Tuning};
+use infradev::config::{Secrets, ServerConfig};
+use infradev::github::RetryPolicy;
+use secrecy::SecretString;
+use serde_json::Value;
+
+use super::fake_github::{FakeCheckRun, FakeGitHub, FakePull, HeadRepo};
+use super::payloads::{self, Author, FORK_OWNER, OWNER, REPO};
+
+pub const INSTALLATION: u64 = 7_777_777;
+pub const SECRET: &str = "story-webhook-secret";
+pub const TASK: &str = super::TASK;
+pub const REPO_FULL: &str = "infradev-mirrors/minicache";
+/// Long enough for a grade of the example task on a loaded 2-core machine.
+pub const GRADE_TIMEOUT: Duration = Duration::from_secs(180);
+
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The example repository's commits the stories push.
+pub struct Heads {
+    pub base: String,
+    pub wrong: String,
+    pub broken: String,
+    pub reference: String,
+}
+
+pub struct World {
+    pub fake: FakeGitHub,
+    pub service: Option<Service>,
+    pub dir: tempfile::TempDir,
+    pub store_url: String,
+    pub heads: Heads,
+    pub http: reqwest::Client,
+    pub lease_s: u64,
+    pub redeliver: bool,
+    /// tasks/, probes/ and runners/ the service reads.
+    pub root: PathBuf,
+    /// The address the service listens on.
+    pub listen: String,
+    /// TOML appended to the service's configuration (`[backends]` …).
+    pub extra_config: String,
+}
+
+pub fn rev(repo: &std::path::Path, name: &str) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["rev-parse", name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A fresh PostgreSQL database for one story, or `None` (loudly; a failure under CI=true).
+pub fn postgres_database() -> Option<String> {
+    let Ok(url) = std::env::var("INFRADEV_TEST_PG_URL") else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true and INFRADEV_TEST_PG_URL is unset (runners/ensure-postgres.sh)"
+        );
+        eprintln!(
+            "NOT RUN on PostgreSQL: INFRADEV_TEST_PG_URL is unset (runners/ensure-postgres.sh starts one)"
+        );
+        return None;
+    };
+    let name = format!("story_{}", uuid::Uuid::new_v4().simple());
+    let ok = Command::new("psql")
+        .arg(&url)
+        .args(["-q", "-c", &format!("CREATE DATABASE {name}")])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "cannot create a database on {url}");
+    let (base, _) = url.rsplit_once('/').unwrap();
+    Some(format!("{base}/{name}"))
+}
+
+impl World {
+    pub async fn new(backend: Backend) -> Option<World> {
+        if !super::docker_ready() {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store_url = match backend {
+            Backend::Sqlite => format!("sqlite://{}", dir.path().join("infradev.db").display()),
+            Backend::Postgres => postgres_database()?,
+        };
+        // The PR heads and the task's commits are served from the example repository, which the
+        // clone URLs are rewritten to (like git's insteadOf).
+        let example = super::example_repo();
+        static SERVE_BY_SHA: std::sync::Once = std::sync::Once::new();
+        SERVE_BY_SHA.call_once(|| {
+            // GitHub serves any reachable commit by SHA; a local repository must be told to.
+            let ok = Command::new("git")
+                .arg("-C")
+                .arg(example)
+                .args(["config", "uploadpack.allowAnySHA1InWant", "true"])
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        });
+        for owner in [OWNER, FORK_OWNER] {
+            std::fs::create_dir_all(dir.path().join("gh").join(owner)).unwrap();
+            std::os::unix::fs::symlink(
+                example,
+                dir.path()
+                    .join("gh")
+                    .join(owner)
+                    .join(format!("{REPO}.git")),
+            )
+            .unwrap();
+        }
+        let heads = Heads {
+            base: rev(example, "base"),
+            wrong: rev(example, "submission/wrong"),
+            broken: rev(example, "submission/broken"),
+            reference: rev(example, "submission/reference"),
+        };
+        let fake = FakeGitHub::start().await;
+        fake.add_installation(INSTALLATION, &[REPO_FULL]);
+        Some(World {
+            fake,
+            service: None,
+            dir,
+            store_url,
+            heads,
+            http: reqwest::Client::new(),
+            lease_s: 600,
+            redeliver: false,
+            root: super::root(),
+            listen: "127.0.0.1:0".into(),
+            extra_config: String::new(),
+        })
+    }
+
+    pub fn config(&self) -> ServerConfig {
+        let text = format!(
+            r#"
+listen = "{listen}"
+root = "{root}"
+work_dir = "{work}"
+body_limit_bytes = 1048576
+[github]
+api_url = "{api}"
+app_id = {app_id}
+[github.git_url_rewrite]
+"https://github.com/" = "file://{gh}/"
+[store]
+url = "{store}"
+[worker]
+lease_s = {lease}
+[reconcile]
+interval_s = 1
+redeliver_failed = {redeliver}
+[outbox]
+max_attempts = 30
+min_backoff_ms = 50
+max_backoff_s = 1
+{extra}
+"#,
+            listen = self.listen,
+            extra = self.extra_config,
+            root = self.root.display(),
+            work = self.dir.path().join("work").display(),
+            api = self.fake.url(),
+            app_id = self.fake.app_id(),
+            gh = self.dir.path().join("gh").display(),
+            store = self.store_url,
+            lease = self.lease_s,
+            redeliver = self.redeliver,
+        );
+        ServerConfig::parse(&PathBuf::from("story.toml"), &text).expect("story config")
+    }
+
+    pub async fn start(&mut self) {
+        let secrets = Secrets {
+            private_key: self.fake.private_key_pem(),
+            webhook_secrets: vec![SecretString::from(SECRET.to_owned())],
+        };
+        let tuning = Tuning {
+            retry: RetryPolicy {
+                min: Duration::from_millis(20),
+                max: Duration::from_millis(500),
+                scale: 0.01,
+            },
+            poll: Duration::from_millis(200),
+            follow: Duration::from_millis(300),
+        };
+        let service = Service::start(self.config(), secrets, tuning)
+            .await
+            .expect("the service starts");
+        self.fake
+            .set_webhook_target(&format!("http://{}/webhook", service.addr()), SECRET);
+        self.service = Some(service);
+    }
+
+    /// Stops the service at once, as a crash would.
+    pub async fn kill(&mut self) {
+        if let Some(service) = self.service.take() {
+            service.abort().await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!(
+            "http://{}{path}",
+            self.service.as_ref().expect("started").addr()
+        )
+    }
+
+    /// Delivers a signed event the way GitHub does (through the fake, which logs the delivery).
+    pub async fn send(&self, event: &str, payload: Value) -> u16 {
+        self.fake.send_webhook(event, payload).await.status_code
+    }
+
+    /// Posts raw bytes with explicit headers (for signature and duplicate stories).
+    pub async fn post(
+        &self,
+        event: &str,
+        delivery: &str,
+        body: Vec<u8>,
+        signature: Option<&str>,
+    ) -> u16 {
+        // The server answers an oversized body before reading it and then closes the
+        // connection; a connection of its own keeps that close away from later requests.
+        let client = if body.len() > 1024 * 1024 {
+            reqwest::Client::new()
+        } else {
+            self.http.clone()
+        };
+        let mut req = client
+            .post(self.url("/webhook"))
+            .header("X-GitHub-Event", event)
+            .header("X-GitHub-Delivery", delivery);
+        if let Some(sig) = signature {
+            req = req.header("X-Hub-Signature-256", sig);
+        }
+        req.body(body)
+            .send()
+            .await
+            .expect("POST /webhook")
+            .status()
+            .as_u16()
+    }
+
+    pub fn seed_agent_pull(&self, number: u64, head: &str) {
+        let mut pull = FakePull::new(number, head);
+        pull.head_ref = "agent/prefix-caching".into();
+        pull.base_ref = format!("infradev/{TASK}");
+        pull.head_repo = HeadRepo::Fork(format!("{FORK_OWNER}/{REPO}"));
+        pull.author = format!("{FORK_OWNER}[bot]");
+        pull.author_is_bot = true;
+        self.fake.add_pull(REPO_FULL, pull);
+    }
+
+    pub fn pull_event(
+        &self,
+        action_file: &str,
+        number: u64,
+        head: &str,
+        author: Author<'_>,
+    ) -> Value {
+        payloads::pull_request(action_file, INSTALLATION, number, head, TASK, author)
+    }
+
+    pub fn runs_for(&self, head: &str) -> Vec<FakeCheckRun> {
+        self.fake
+            .check_runs(REPO_FULL)
+            .into_iter()
+            .filter(|r| r.head_sha == head)
+            .collect()
+    }
+
+    /// Waits until `head` has `n` completed InfraDev check runs and returns them.
+    pub async fn completed_runs(&self, head: &str, n: usize) -> Vec<FakeCheckRun> {
+        self.wait(&format!("{n} completed check run(s) on {head}"), || {
+            let done: Vec<_> = self
+                .runs_for(head)
+                .into_iter()
+                .filter(|r| r.status == "completed")
+                .collect();
+            (done.len() >= n).then_some(done)
+        })
+        .await
+    }
+
+    pub async fn wait<T>(&self, what: &str, f: impl Fn() -> Option<T>) -> T {
+        let started = Instant::now();
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            if started.elapsed() > GRADE_TIMEOUT {
+                let runs: Vec<_> = self
+                    .fake
+                    .check_runs(REPO_FULL)
+                    .iter()
+                    .map(|r| (r.head_sha.clone(), r.status.clone(), r.conclusion.clone()))
+                    .collect();
+                panic!(
+                    "timed out waiting for {what}; check runs: {runs:?}; violations: {:?}",
+                    self.fake.violations()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Nothing we sent broke the API description, and nothing from the probes left us.
+    pub fn assert_clean(&self) {
+        self.fake.assert_no_violations();
+        let sources = infradev::task::Registry::resolve(&super::root(), TASK, None)
+            .unwrap()
+            .probes
+            .sources()
+            .unwrap();
+        for request in self.fake.requests() {
+            let body = request.body.map(|b| b.to_string()).unwrap_or_default();
+            for canary in ["INFRADEV-PROBE-CANARY", "PROBE-SECRET-"] {
+                assert!(
+                    !body.contains(canary),
+                    "{canary} sent to GitHub in {} {}",
+                    request.method,
+                    request.path
+                );
+            }
+            for (path, text) in &sources {
+                for line in text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| l.len() >= 40 && l.contains('('))
+                {
+                    assert!(
+                        !body.contains(line),
+                        "a line of {path} was sent to GitHub: {line}"
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn sticky_comments(&self, number: u64) -> Vec<super::fake_github::FakeComment> {
+        self.fake
+            .comments(REPO_FULL, number)
+            .into_iter()
+            .filter(|c| c.by_app && c.body.contains("<!-- infradev:sticky -->"))
+            .collect()
+    }
+}
+
+pub fn statuses(run: &FakeCheckRun) -> Vec<String> {
+    run.history
+        .iter()
+        .filter_map(|h| {
+            h.get("status")
+                .and_then(|s| s.as_str())
+                .map(str::to_owned)
+                .or_else(|| h.get("conclusion").map(|_| "completed".to_owned()))
+        })
+        .collect()
+}
+
+/// A TCP port free right now on 127.0.0.1, for a service whose URL must be known before it
+/// starts (remote runs post results to it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl World {
+    /// Opens the story's store, for looking at what the service recorded.
+    pub async fn store(&self) -> infradev::store::Store {
+        infradev::store::Store::open(&self.store_url)
+            .await
+            .expect("the store opens")
+    }
+
+    /// Every job of pull `number`, by id.
+    pub async fn jobs(&self, number: u64) -> Vec<infradev::store::Job> {
+        let store = self.store().await;
+        let jobs = store.jobs_for_pull(REPO_FULL, number).await.unwrap();
+        store.close().await;
+        jobs
+    }
+
+    /// Every result posted for job `id`.
+    pub async fn results(&self, id: i64) -> Vec<infradev::store::JobResult> {
+        let store = self.store().await;
+        let results = store.job_results(infradev::store::JobId(id)).await.unwrap();
+        store.close().await;
+        results
+    }
+}
