@@ -2,24 +2,30 @@
 # A throwaway Slurm cluster in Docker: controller (munge + slurmctld) and node1/node2 (munge +
 # slurmd, 1 and 4 fake GPUs) on a private network. See runners/slurm/README.md.
 #
-#   runners/slurm/cluster.sh [--name N] up|down|status
+#   runners/slurm/cluster.sh [--name N] [--shared-dir DIR] up
+#   runners/slurm/cluster.sh [--name N] down|status|host-addr
 #   runners/slurm/cluster.sh [--name N] exec <cmd...>     # on the controller, cwd /shared
 #
 # N defaults to $INFRADEV_SLURM_NAME or "infradev-slurm". `up` replaces any cluster of that name,
 # waits until both nodes are idle and prints the controller container name on stdout.
+# --shared-dir bind-mounts the host directory DIR at the same absolute path in every container.
+# host-addr prints the IP address at which jobs reach processes listening on the host.
 set -euo pipefail
 
 log() { printf 'cluster.sh: %s\n' "$*" >&2; }
 die() { printf 'cluster.sh: error: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '2,9s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; }
+usage() { sed -n '2,12s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; }
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 name="${INFRADEV_SLURM_NAME:-infradev-slurm}"
 cmd=""
+shared_dir=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --name) [ $# -ge 2 ] || die "--name needs a value"; name="$2"; shift 2 ;;
         --name=*) name="${1#--name=}"; shift ;;
+        --shared-dir) [ $# -ge 2 ] || die "--shared-dir needs a value"; shared_dir="$2"; shift 2 ;;
+        --shared-dir=*) shared_dir="${1#--shared-dir=}"; shift ;;
         -h|--help) usage; exit 0 ;;
         -*) die "unknown option $1" ;;
         *) [ -z "$cmd" ] || die "unexpected argument $1"; cmd="$1"; shift
@@ -113,7 +119,16 @@ EOF
 
 up() {
     local image start c host role
+    local -a mounts=(-v "$name-shared:/shared") caps=()
     start=$SECONDS
+    if [ -n "$shared_dir" ]; then
+        # The same absolute path inside as outside, so a path the server writes is the path a
+        # job reads (bundle_dir == node_bundle_dir).
+        case "$shared_dir" in /*) ;; *) shared_dir="$PWD/$shared_dir" ;; esac
+        mkdir -p "$shared_dir"
+        [[ "$shared_dir" != *:* ]] || die "--shared-dir must not contain ':' ($shared_dir)"
+        mounts+=(-v "$shared_dir:$shared_dir")
+    fi
     image="$("$here/build-image.sh")"
     down
     tmp="$(mktemp -d)"
@@ -122,9 +137,13 @@ up() {
     docker network create --internal --label "$label" "$name-net" >/dev/null
     docker volume create --label "$label" "$name-shared" >/dev/null
     for host in ctl "${nodes[@]}"; do
-        c="$name-$host"; role=node; [ "$host" = ctl ] && role=ctl
+        c="$name-$host"; role=node; caps=()
+        # Nodes: `infradev job run --executor local` runs as root and calls
+        # unshare(CLONE_NEWNET), which needs CAP_SYS_ADMIN (Docker's default set already has
+        # SETUID/SETGID for dropping to nobody; setsid/setrlimit lowering need none).
+        if [ "$host" = ctl ]; then role=ctl; else caps=(--cap-add SYS_ADMIN); fi
         docker create --name "$c" --hostname "$host" --label "$label" --init \
-            --network "$name-net" --network-alias "$host" -v "$name-shared:/shared" \
+            --network "$name-net" --network-alias "$host" "${mounts[@]}" "${caps[@]}" \
             "$image" /cluster/entry.sh "$role" >/dev/null
         docker cp "$tmp/." "$c:/cluster/" >/dev/null
     done
@@ -160,12 +179,24 @@ status() {
     fi
 }
 
+host_addr() {
+    # The bridge's gateway is the host's own address on the cluster network. --internal only
+    # stops forwarding beyond the bridge; packets to the gateway IP are delivered to the host
+    # (iptables INPUT), so a host process listening on 0.0.0.0 (or on this IP) is reachable.
+    local gw
+    gw="$(docker network inspect -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}' "$name-net" 2>/dev/null)" ||
+        die "no network $name-net (is the cluster up?)"
+    [ -n "$gw" ] || die "network $name-net has no gateway address"
+    printf '%s\n' "$gw"
+}
+
 case "$cmd" in
     up) up ;;
+    host-addr) host_addr ;;
     down) down; log "cluster $name removed" ;;
     status) status ;;
     exec) [ $# -gt 0 ] || die "exec needs a command"
           exec docker exec -i -w /shared "$ctl" "$@" ;;
     "") usage; exit 2 ;;
-    *) die "unknown command '$cmd' (up|down|status|exec)" ;;
+    *) die "unknown command '$cmd' (up|down|status|host-addr|exec)" ;;
 esac
