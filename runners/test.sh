@@ -16,6 +16,9 @@ if ((${#missing[@]})); then
 fi
 runners/ensure-docker.sh
 runners/base-image/build.sh >/dev/null
+# The Slurm test cluster's image (from the base image and Debian's Slurm packages), for the
+# scale-out stories that run grades on a real cluster.
+runners/slurm/build-image.sh >/dev/null
 
 # A PostgreSQL test cluster for the store tests, which run on SQLite and on PostgreSQL.
 INFRADEV_TEST_PG_URL=$(runners/ensure-postgres.sh)

@@ -13,7 +13,7 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::backend::ResultBody;
 use crate::cli::SandboxArgs;
 use crate::exit;
-use crate::grade::{GradeError, GradeRequest, grade_submission};
+use crate::grade::{ExecutorChoice, GradeError, GradeRequest, grade_submission};
 use crate::task::Registry;
 
 #[derive(Debug, clap::Args)]
@@ -118,6 +118,20 @@ async fn grade(root: &Path, args: &JobRunArgs) -> ResultBody {
         report: None,
         error: None,
     };
+    // As root, the local executor runs the phases as `nobody`, which cannot read the bundle
+    // (mode 0700, the service user's): grade from a copy `nobody` can traverse. The local
+    // executor gives no filesystem isolation anyway (see its limitations in the report).
+    let staged = match (&request_executor(args), unsafe_is_root()) {
+        (ExecutorChoice::Local { .. }, true) => match stage(root) {
+            Ok(dir) => Some(dir),
+            Err(e) => {
+                body.error = Some(format!("infrastructure error: {e:#}"));
+                return body;
+            }
+        },
+        _ => None,
+    };
+    let root = staged.as_ref().map_or(root, |d| d.path());
     let task = match Registry::resolve(root, &args.task, None) {
         Ok(t) => t,
         Err(e) => {
@@ -130,7 +144,7 @@ async fn grade(root: &Path, args: &JobRunArgs) -> ResultBody {
         repo: args.repo.clone(),
         head: args.head.clone(),
         lib: root.join("runners/python"),
-        executor: args.sandbox.choice(),
+        executor: request_executor(args),
         keep_workdir: false,
     };
     match grade_submission(&request, &|_| {}).await {
@@ -185,6 +199,41 @@ async fn post(
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(Duration::from_secs(30));
     }
+}
+
+fn request_executor(args: &JobRunArgs) -> ExecutorChoice {
+    args.sandbox.choice()
+}
+
+fn unsafe_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A copy of `root` (task, probes, plugin) that every user may traverse and read.
+fn stage(root: &Path) -> anyhow::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("infradev-job-")
+        .tempdir()
+        .context("cannot create a staging directory")?;
+    crate::app::bundle::copy_tree(root, dir.path())?;
+    fn open_up(path: &Path) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(path)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o755))?;
+                open_up(&entry.path())?;
+            } else if kind.is_file() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o644))?;
+            }
+        }
+        Ok(())
+    }
+    open_up(dir.path()).context("cannot open up the staged copy")?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+    Ok(dir)
 }
 
 fn remove_bundle(bundle: Option<&Path>) {

@@ -27,6 +27,7 @@ stories!(
     a_dispatched_grade_is_run_by_the_runner_and_reported_once,
     a_run_without_a_result_is_dispatched_again_then_neutral,
     a_push_cancels_the_run_of_the_old_head,
+    a_server_restarted_mid_slurm_job_loses_nothing,
 );
 
 /// The inputs runners/github-actions/grade.yml declares (`on.workflow_dispatch.inputs`), so
@@ -342,4 +343,490 @@ async fn a_push_cancels_the_run_of_the_old_head(backend: Backend) {
     assert_eq!(jobs.len(), 2);
     assert!(!jobs[0].remote_open, "the old dispatch is closed");
     w.assert_clean();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slurm: a real cluster (runners/slurm/cluster.sh: slurmctld + node1 with 1 GPU + node2 with 4,
+// Debian's packages, fake GPU devices declared in gres.conf) per story. Jobs run the real
+// `infradev job run --executor local` on the nodes and post to the real service.
+
+mod slurm {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    use super::support;
+    use super::support::payloads::{self, Author};
+    use super::support::story::*;
+
+    /// A throwaway cluster; removed on drop.
+    pub struct Cluster {
+        pub name: String,
+        /// Bind-mounted at the same path in every container: bundles and our binary.
+        pub shared: tempfile::TempDir,
+        /// The host's address on the cluster network (where the service listens).
+        pub host: String,
+    }
+
+    fn script() -> PathBuf {
+        support::root().join("runners/slurm/cluster.sh")
+    }
+
+    /// Builds the cluster image once per test binary, before clusters start side by side.
+    fn image() {
+        static BUILT: OnceLock<()> = OnceLock::new();
+        BUILT.get_or_init(|| {
+            let out = Command::new(support::root().join("runners/slurm/build-image.sh"))
+                .output()
+                .expect("build-image.sh runs");
+            assert!(
+                out.status.success(),
+                "the Slurm image did not build: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        });
+    }
+
+    impl Cluster {
+        pub fn up(tag: &str) -> Cluster {
+            image();
+            let name = format!("infradev-t{}-{tag}", std::process::id());
+            let shared = tempfile::Builder::new()
+                .prefix("infradev-slurm-")
+                .tempdir_in("/tmp")
+                .unwrap();
+            let bin = shared.path().join("bin");
+            std::fs::create_dir_all(&bin).unwrap();
+            std::fs::copy(env!("CARGO_BIN_EXE_infradev"), bin.join("infradev")).unwrap();
+            // The node's infradev: the real one, after a delay on a job's first run only (so a
+            // story can act while the grade is running; a requeued run starts at once).
+            let wrapper = bin.join("infradev-node");
+            std::fs::write(
+                &wrapper,
+                format!(
+                    "#!/bin/sh\nif [ -z \"$SLURM_RESTART_COUNT\" ]; then sleep \"$(cat {dir}/first-run-delay 2>/dev/null || echo 0)\"; fi\nexec {dir}/bin/infradev \"$@\"\n",
+                    dir = shared.path().display()
+                ),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let out = Command::new(script())
+                .args(["--name", &name, "--shared-dir"])
+                .arg(shared.path())
+                .arg("up")
+                .output()
+                .expect("cluster.sh runs");
+            let mut cluster = Cluster {
+                name,
+                shared,
+                host: String::new(),
+            };
+            assert!(
+                out.status.success(),
+                "cluster.sh up: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let host = Command::new(script())
+                .args(["--name", &cluster.name, "host-addr"])
+                .output()
+                .unwrap();
+            assert!(host.status.success());
+            cluster.host = String::from_utf8_lossy(&host.stdout).trim().to_owned();
+            cluster
+        }
+
+        pub fn set_first_run_delay(&self, seconds: u32) {
+            std::fs::write(
+                self.shared.path().join("first-run-delay"),
+                seconds.to_string(),
+            )
+            .unwrap();
+        }
+
+        pub fn bundles(&self) -> PathBuf {
+            self.shared.path().join("bundles")
+        }
+
+        /// Routes `tasks` to this cluster and has the service listen where the nodes reach it.
+        pub fn configure(&self, w: &mut World, tasks: &[&str]) {
+            let port = free_port();
+            w.listen = format!("{}:{port}", self.host);
+            w.extra_config = format!(
+                r#"
+[backends]
+result_url = "http://{host}:{port}"
+result_grace_s = 2
+follow_interval_s = 1
+[[backends.route]]
+backend = "slurm"
+tasks = {tasks:?}
+[backends.slurm]
+command_prefix = ["docker", "exec", "-i", "{name}-ctl"]
+bundle_dir = "{bundles}"
+node_infradev = "{shared}/bin/infradev-node"
+node_executor = "local"
+call_timeout_s = 20
+time_slack_s = 60
+"#,
+                host = self.host,
+                name = self.name,
+                bundles = self.bundles().display(),
+                shared = self.shared.path().display(),
+            );
+        }
+
+        /// `scontrol show job -o <id>` as key → value.
+        pub fn job(&self, id: &str) -> std::collections::HashMap<String, String> {
+            let out = Command::new("docker")
+                .args(["exec", &format!("{}-ctl", self.name)])
+                .args(["scontrol", "show", "job", "-o", id])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        }
+
+        pub fn docker(&self, verb: &str, node: &str) {
+            let ok = Command::new("docker")
+                .args([verb, &format!("{}-{node}", self.name)])
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "docker {verb} {node}");
+        }
+    }
+
+    impl Drop for Cluster {
+        fn drop(&mut self) {
+            let _ = Command::new(script())
+                .args(["--name", &self.name, "down"])
+                .output();
+        }
+    }
+
+    /// A scratch root (tasks/, probes/, runners/python) with copies of the example task that
+    /// ask for GPUs: `(id, gpus)`.
+    pub fn gpu_tasks(variants: &[(&str, u32)]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let src = support::root();
+        support::copy_dir(
+            &src.join("runners/python"),
+            &root.path().join("runners/python"),
+        );
+        let text = std::fs::read_to_string(support::task_dir().join("task.toml")).unwrap();
+        for (id, gpus) in variants {
+            let dir = root.path().join("tasks/example").join(id);
+            support::copy_dir(&support::task_dir(), &dir);
+            let text = text
+                .replace(
+                    &format!("id = \"{}\"", support::TASK),
+                    &format!("id = \"{id}\""),
+                )
+                .replace("\ngpus = 0\n", &format!("\ngpus = {gpus}\n"));
+            assert!(text.contains(&format!("gpus = {gpus}")));
+            std::fs::write(dir.join("task.toml"), text).unwrap();
+            let probes = root.path().join("probes").join(id);
+            support::copy_dir(&support::probes_dir(), &probes);
+            let manifest = std::fs::read_to_string(probes.join("probes.toml")).unwrap();
+            std::fs::write(
+                probes.join("probes.toml"),
+                manifest.replace(
+                    &format!("task = \"{}\"", support::TASK),
+                    &format!("task = \"{id}\""),
+                ),
+            )
+            .unwrap();
+        }
+        root
+    }
+
+    pub async fn open(w: &World, number: u64, head: &str, task: &str) {
+        w.seed_agent_pull_for(number, head, task);
+        let event = payloads::pull_request(
+            "opened.json",
+            INSTALLATION,
+            number,
+            head,
+            task,
+            Author::Agent,
+        );
+        assert_eq!(w.send("pull_request", event).await, 202);
+    }
+
+    /// The Slurm job id of the current dispatch of pull `number`'s newest job.
+    pub async fn slurm_id(w: &World, number: u64) -> String {
+        let started = Instant::now();
+        loop {
+            if let Some(id) = w
+                .jobs(number)
+                .await
+                .last()
+                .and_then(|j| j.external_id.clone())
+            {
+                return id;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "pull {number} was never submitted to Slurm: {:?}",
+                w.jobs(number).await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+        let started = Instant::now();
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(started.elapsed() < limit, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    pub fn no_bundles_left(dir: &Path) -> bool {
+        std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none())
+    }
+}
+
+async fn slurm_places_1_and_4_gpu_grades_and_reports_each_once(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    let cluster = slurm::Cluster::up("place");
+    let root = slurm::gpu_tasks(&[("example-gpu1", 1), ("example-gpu4", 4)]);
+    w.root = root.path().to_path_buf();
+    cluster.configure(&mut w, &["example-gpu1", "example-gpu4"]);
+    cluster.set_first_run_delay(2);
+    w.start().await;
+    slurm::open(&w, 11, &w.heads.reference, "example-gpu1").await;
+    slurm::open(&w, 12, &w.heads.wrong, "example-gpu4").await;
+
+    let one = slurm::slurm_id(&w, 11).await;
+    let four = slurm::slurm_id(&w, 12).await;
+    let (job1, job4) = (cluster.job(&one), cluster.job(&four));
+    assert_eq!(
+        job1["JobName"],
+        format!("infradev-{}-1", w.jobs(11).await[0].id.0)
+    );
+    assert_eq!(job1["TresPerNode"], "gres:gpu:1", "{job1:?}");
+    assert_eq!(job4["TresPerNode"], "gres:gpu:4", "{job4:?}");
+    assert_eq!(job1["Requeue"], "1", "{job1:?}");
+
+    let a = w.completed_runs(&w.heads.reference, 1).await;
+    let b = w.completed_runs(&w.heads.wrong, 1).await;
+    assert_eq!(
+        a[0].conclusion.as_deref(),
+        Some("success"),
+        "{:?}",
+        a[0].title
+    );
+    assert_eq!(
+        b[0].conclusion.as_deref(),
+        Some("failure"),
+        "{:?}",
+        b[0].title
+    );
+    // Placed by Slurm: the 4-GPU grade on node2 (the only node with 4 GPUs); both COMPLETED.
+    for id in [&one, &four] {
+        let job = slurm::until("the Slurm job to end", Duration::from_secs(60), || {
+            let j = cluster.job(id);
+            (j.get("JobState").map(String::as_str) == Some("COMPLETED")).then_some(j)
+        })
+        .await;
+        assert_eq!(job["Restarts"], "0");
+        assert!(
+            ["node1", "node2"].contains(&job["NodeList"].as_str()),
+            "{job:?}"
+        );
+    }
+    assert_eq!(cluster.job(&four)["NodeList"], "node2");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (number, head) in [(11, &w.heads.reference), (12, &w.heads.wrong)] {
+        assert_eq!(w.runs_for(head).len(), 1, "one check run for {number}");
+        let job = &w.jobs(number).await[0];
+        assert_eq!((job.dispatches, job.lost_runs), (1, 0));
+        let results = w.results(job.id.0).await;
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].disposition.as_str(), "accepted");
+    }
+    assert!(
+        slurm::no_bundles_left(&cluster.bundles()),
+        "bundles are removed after the runs"
+    );
+    w.assert_clean();
+}
+
+async fn a_lost_node_requeues_the_slurm_job_and_it_is_reported_once(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    let cluster = slurm::Cluster::up("lost");
+    let root = slurm::gpu_tasks(&[("example-gpu1", 1)]);
+    w.root = root.path().to_path_buf();
+    cluster.configure(&mut w, &["example-gpu1"]);
+    cluster.set_first_run_delay(300);
+    w.start().await;
+    slurm::open(&w, 21, &w.heads.reference, "example-gpu1").await;
+    let id = slurm::slurm_id(&w, 21).await;
+    let node = slurm::until("the job to run", Duration::from_secs(60), || {
+        let j = cluster.job(&id);
+        (j.get("JobState").map(String::as_str) == Some("RUNNING")).then(|| j["NodeList"].clone())
+    })
+    .await;
+
+    // The node dies mid-grade. Slurm requeues the job; the server notes it as infra.
+    cluster.docker("kill", &node);
+    let started = std::time::Instant::now();
+    loop {
+        if w.jobs(21).await[0].remote_restarts >= 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the requeue was never noticed: {:?}",
+            cluster.job(&id)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    cluster.docker("start", &node);
+
+    // The rerun (no delay: SLURM_RESTART_COUNT is set) grades and reports, once.
+    let runs = w.completed_runs(&w.heads.reference, 1).await;
+    assert_eq!(
+        runs[0].conclusion.as_deref(),
+        Some("success"),
+        "{:?}",
+        runs[0].title
+    );
+    let job = cluster.job(&id);
+    assert_eq!(job["Restarts"], "1", "{job:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(w.runs_for(&w.heads.reference).len(), 1);
+    let job = &w.jobs(21).await[0];
+    assert_eq!(
+        (job.dispatches, job.lost_runs, job.remote_restarts),
+        (1, 0, 1),
+        "requeued by Slurm, never re-dispatched, never blamed"
+    );
+    assert_eq!(job.verdict.as_deref(), Some("resolved"));
+    w.assert_clean();
+}
+
+async fn a_push_cancels_the_slurm_job(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    let cluster = slurm::Cluster::up("push");
+    let root = slurm::gpu_tasks(&[("example-gpu1", 1)]);
+    w.root = root.path().to_path_buf();
+    cluster.configure(&mut w, &["example-gpu1"]);
+    cluster.set_first_run_delay(300);
+    w.start().await;
+    slurm::open(&w, 31, &w.heads.wrong, "example-gpu1").await;
+    let old = slurm::slurm_id(&w, 31).await;
+    slurm::until("the old job to run", Duration::from_secs(60), || {
+        (cluster.job(&old).get("JobState").map(String::as_str) == Some("RUNNING")).then_some(())
+    })
+    .await;
+
+    cluster.set_first_run_delay(0);
+    w.seed_agent_pull_for(31, &w.heads.reference, "example-gpu1");
+    let pushed = payloads::pull_request(
+        "synchronize.json",
+        INSTALLATION,
+        31,
+        &w.heads.reference,
+        "example-gpu1",
+        Author::Agent,
+    );
+    assert_eq!(w.send("pull_request", pushed).await, 202);
+
+    let state = slurm::until("scancel of the old job", Duration::from_secs(60), || {
+        let state = cluster.job(&old).get("JobState").cloned()?;
+        (state != "RUNNING").then_some(state)
+    })
+    .await;
+    assert_eq!(state, "CANCELLED");
+    let new = w.completed_runs(&w.heads.reference, 1).await;
+    assert_eq!(new[0].conclusion.as_deref(), Some("success"));
+    let old_check = w.completed_runs(&w.heads.wrong, 1).await;
+    assert_eq!(old_check[0].conclusion.as_deref(), Some("cancelled"));
+    let jobs = w.jobs(31).await;
+    assert_eq!(jobs.len(), 2);
+    assert!(!jobs[0].remote_open);
+    assert!(
+        w.results(jobs[0].id.0).await.is_empty(),
+        "the old run never reported"
+    );
+    w.assert_clean();
+}
+
+async fn a_server_restarted_mid_slurm_job_loses_nothing(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    let cluster = slurm::Cluster::up(&format!("restart-{backend:?}").to_lowercase());
+    let root = slurm::gpu_tasks(&[("example-gpu1", 1)]);
+    w.root = root.path().to_path_buf();
+    cluster.configure(&mut w, &["example-gpu1"]);
+    cluster.set_first_run_delay(5);
+    w.start().await;
+    slurm::open(&w, 41, &w.heads.reference, "example-gpu1").await;
+    let id = slurm::slurm_id(&w, 41).await;
+    slurm::until("the job to run", Duration::from_secs(60), || {
+        (cluster.job(&id).get("JobState").map(String::as_str) == Some("RUNNING")).then_some(())
+    })
+    .await;
+
+    // The server goes down while the node grades; the job's post fails and is retried.
+    w.kill().await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        cluster.job(&id).get("JobState").map(String::as_str),
+        Some("RUNNING"),
+        "the job waits for the server to take its result"
+    );
+    w.start().await;
+
+    let runs = w.completed_runs(&w.heads.reference, 1).await;
+    assert_eq!(
+        runs[0].conclusion.as_deref(),
+        Some("success"),
+        "{:?}",
+        runs[0].title
+    );
+    slurm::until("the Slurm job to end", Duration::from_secs(60), || {
+        (cluster.job(&id).get("JobState").map(String::as_str) == Some("COMPLETED")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(w.runs_for(&w.heads.reference).len(), 1);
+    let job = &w.jobs(41).await[0];
+    assert_eq!((job.dispatches, job.lost_runs), (1, 0));
+    assert_eq!(w.results(job.id.0).await.len(), 1);
+    w.assert_clean();
+}
+
+mod slurm_stories {
+    #[tokio::test(flavor = "multi_thread")]
+    async fn slurm_places_1_and_4_gpu_grades_and_reports_each_once() {
+        super::slurm_places_1_and_4_gpu_grades_and_reports_each_once(super::Backend::Sqlite).await
+    }
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_lost_node_requeues_the_slurm_job_and_it_is_reported_once() {
+        super::a_lost_node_requeues_the_slurm_job_and_it_is_reported_once(super::Backend::Sqlite)
+            .await
+    }
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_push_cancels_the_slurm_job() {
+        super::a_push_cancels_the_slurm_job(super::Backend::Sqlite).await
+    }
 }

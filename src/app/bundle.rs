@@ -116,7 +116,7 @@ fn git(dir: Option<&Path>, args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// Copies a directory tree (files and directories; symbolic links are copied as links).
-fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
     for entry in
         std::fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))?

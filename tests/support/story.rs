@@ -254,9 +254,14 @@ max_backoff_s = 1
     }
 
     pub fn seed_agent_pull(&self, number: u64, head: &str) {
+        self.seed_agent_pull_for(number, head, TASK);
+    }
+
+    /// An agent's pull request that names `task` (its base branch is `infradev/<task>`).
+    pub fn seed_agent_pull_for(&self, number: u64, head: &str, task: &str) {
         let mut pull = FakePull::new(number, head);
         pull.head_ref = "agent/prefix-caching".into();
-        pull.base_ref = format!("infradev/{TASK}");
+        pull.base_ref = format!("infradev/{task}");
         pull.head_repo = HeadRepo::Fork(format!("{FORK_OWNER}/{REPO}"));
         pull.author = format!("{FORK_OWNER}[bot]");
         pull.author_is_bot = true;
