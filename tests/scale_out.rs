@@ -601,13 +601,26 @@ async fn slurm_places_1_and_4_gpu_grades_and_reports_each_once(backend: Backend)
         return;
     };
     let cluster = slurm::Cluster::up("place");
-    let root = slurm::gpu_tasks(&[("example-gpu1", 1), ("example-gpu4", 4)]);
+    let root = slurm::gpu_tasks(&[
+        ("example-gpu1", 1),
+        ("example-gpu4", 4),
+        ("example-gpu5", 5),
+    ]);
     w.root = root.path().to_path_buf();
-    cluster.configure(&mut w, &["example-gpu1", "example-gpu4"]);
+    cluster.configure(&mut w, &["example-gpu1", "example-gpu4", "example-gpu5"]);
     cluster.set_first_run_delay(2);
     w.start().await;
     slurm::open(&w, 11, &w.heads.reference, "example-gpu1").await;
     slurm::open(&w, 12, &w.heads.wrong, "example-gpu4").await;
+    // No node has 5 GPUs: Slurm refuses the job, and the check says it is our side's problem.
+    slurm::open(&w, 13, &w.heads.broken, "example-gpu5").await;
+    let refused = w.completed_runs(&w.heads.broken, 1).await;
+    assert_eq!(refused[0].conclusion.as_deref(), Some("neutral"));
+    let text = format!("{:?} {:?}", refused[0].title, refused[0].summary);
+    assert!(
+        text.contains("refused") && text.contains("Requested node configuration is not available"),
+        "{text}"
+    );
 
     let one = slurm::slurm_id(&w, 11).await;
     let four = slurm::slurm_id(&w, 12).await;
@@ -815,7 +828,63 @@ async fn a_server_restarted_mid_slurm_job_loses_nothing(backend: Backend) {
     w.assert_clean();
 }
 
+async fn an_unreachable_controller_delays_the_grade_without_blame(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    let cluster = slurm::Cluster::up("outage");
+    let root = slurm::gpu_tasks(&[("example-gpu1", 1)]);
+    w.root = root.path().to_path_buf();
+    cluster.configure(&mut w, &["example-gpu1"]);
+    w.start().await;
+
+    // The controller is down when the grade is dispatched: the submission fails, the job waits
+    // (backing off) instead of being reported, and goes through once the controller is back.
+    cluster.docker("kill", "ctl");
+    slurm::open(&w, 51, &w.heads.reference, "example-gpu1").await;
+    let started = std::time::Instant::now();
+    loop {
+        let jobs = w.jobs(51).await;
+        if jobs
+            .first()
+            .is_some_and(|j| j.attempts >= 1 && j.error.is_some())
+        {
+            assert_eq!(jobs[0].state, infradev::store::JobState::Queued, "{jobs:?}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{jobs:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        w.runs_for(&w.heads.reference)
+            .iter()
+            .all(|r| r.status != "completed")
+    );
+    cluster.docker("start", "ctl");
+
+    let runs = w.completed_runs(&w.heads.reference, 1).await;
+    assert_eq!(
+        runs[0].conclusion.as_deref(),
+        Some("success"),
+        "{:?}",
+        runs[0].title
+    );
+    let job = &w.jobs(51).await[0];
+    assert_eq!(
+        (job.dispatches, job.lost_runs),
+        (job.attempts, 0),
+        "{job:?}"
+    );
+    assert!(job.attempts >= 2, "{job:?}");
+    w.assert_clean();
+}
+
 mod slurm_stories {
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_unreachable_controller_delays_the_grade_without_blame() {
+        super::an_unreachable_controller_delays_the_grade_without_blame(super::Backend::Sqlite)
+            .await
+    }
     #[tokio::test(flavor = "multi_thread")]
     async fn slurm_places_1_and_4_gpu_grades_and_reports_each_once() {
         super::slurm_places_1_and_4_gpu_grades_and_reports_each_once(super::Backend::Sqlite).await

@@ -34,8 +34,15 @@ use crate::github::GitHubApp;
 use crate::store::{Job, JobState, Store, remote_owner};
 use crate::task::Registry;
 
-/// Submission failures (engine unreachable) before a job is reported neutral.
-const MAX_SUBMIT_ATTEMPTS: u32 = 5;
+/// Submission failures (engine unreachable) before a job is reported neutral: with
+/// [`submit_backoff`], about half an hour of outage.
+const MAX_SUBMIT_ATTEMPTS: u32 = 10;
+
+/// How long a job waits after its `attempt`th failed submission: 5 s doubling, at most 5 min.
+fn submit_backoff(attempt: u32) -> Duration {
+    let secs = 5u64.saturating_mul(1 << attempt.saturating_sub(1).min(6));
+    Duration::from_secs(secs.min(300))
+}
 /// How long a claimed dispatch may go without an engine id before the follower looks for it.
 const SUBMIT_GRACE: Duration = Duration::from_secs(120);
 
@@ -102,7 +109,9 @@ impl RemoteBackend {
     /// Claims and dispatches one queued job; returns whether there was one and the engine
     /// took it (a refusal or an unreachable engine stops the drain until the next tick).
     pub async fn dispatch_once(&self) -> anyhow::Result<bool> {
-        let window = chrono::Duration::from_std(SUBMIT_GRACE * 5).expect("small");
+        // Until the submission is recorded (with its own deadline), the queue timeout is the
+        // backstop: a dispatch found again after a crash is not cut short.
+        let window = chrono::Duration::from_std(self.queue_timeout).context("queue timeout")?;
         let Some(job) = self
             .store
             .claim_dispatch(self.name(), Utc::now() + window)
@@ -228,9 +237,11 @@ impl RemoteBackend {
                 )
                 .await,
             BackendError::Transient(msg) => {
-                tracing::warn!(%msg, attempt = job.attempts, "cannot submit now; the job goes back to the queue");
+                let wait = submit_backoff(job.attempts);
+                tracing::warn!(%msg, attempt = job.attempts, ?wait, "cannot submit now; the job goes back to the queue");
+                let not_before = Utc::now() + chrono::Duration::from_std(wait).expect("small");
                 self.store
-                    .requeue_remote(job.id, job.dispatches, false, msg)
+                    .requeue_remote(job.id, job.dispatches, false, msg, Some(not_before))
                     .await?;
                 Ok(())
             }
@@ -390,7 +401,7 @@ impl RemoteBackend {
             tracing::warn!(%why, "run lost (infrastructure): dispatching again");
             if self
                 .store
-                .requeue_remote(job.id, job.dispatches, true, why)
+                .requeue_remote(job.id, job.dispatches, true, why, None)
                 .await?
                 .is_some()
             {
@@ -409,5 +420,22 @@ impl RemoteBackend {
             )
             .await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn submissions_back_off_to_five_minutes() {
+        let waits: Vec<u64> = (1..=MAX_SUBMIT_ATTEMPTS)
+            .map(|a| submit_backoff(a).as_secs())
+            .collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300, 300]);
+        assert!(
+            waits.iter().sum::<u64>() > 25 * 60,
+            "rides out a long outage"
+        );
     }
 }

@@ -162,7 +162,10 @@ pub async fn receive(
                 "infrastructure fault on dispatch {}: {fault}",
                 found.dispatch
             );
-            match tx.requeue_remote(id, found.dispatch, true, &why).await? {
+            match tx
+                .requeue_remote(id, found.dispatch, true, &why, None)
+                .await?
+            {
                 Some(_) => Answer::Retried(fault),
                 None => Answer::Ignored("the job is no longer this dispatch's".into()),
             }

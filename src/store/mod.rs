@@ -349,7 +349,8 @@ operations! {
 
         /// Routes a queued, never dispatched job to a remote backend. False otherwise.
         fn set_job_backend(id: JobId, backend: &str) -> bool;
-        /// Takes the oldest queued job of `remote` for a dispatch: running, owned by
+        /// Takes the oldest queued job of `remote` that is due (see `requeue_remote`) for a
+        /// dispatch: running, owned by
         /// `remote:<backend>` until `until`, with the next dispatch number and `remote_open`.
         fn claim_dispatch(remote: &str, until: DateTime<Utc>) -> Option<Job>;
         /// Stores the hash of a dispatch's result token.
@@ -362,8 +363,9 @@ operations! {
         /// The current dispatch is over in the engine. False when it already was.
         fn close_remote(id: JobId, dispatch: u32) -> bool;
         /// Puts a running remote job back in the queue for another dispatch, counting a lost
-        /// run if `lost`. `None` when dispatch `dispatch` is no longer the running one.
-        fn requeue_remote(id: JobId, dispatch: u32, lost: bool, error: &str) -> Option<Job>;
+        /// run if `lost`, not to be claimed before `not_before` (a queued remote job's
+        /// `lease_until`). `None` when dispatch `dispatch` is no longer the running one.
+        fn requeue_remote(id: JobId, dispatch: u32, lost: bool, error: &str, not_before: Option<DateTime<Utc>>) -> Option<Job>;
         /// Counts a lost run of dispatch `dispatch` without requeueing (the job is given up).
         fn count_lost_run(id: JobId, dispatch: u32) -> bool;
         /// Remembers that the engine requeued the current dispatch `restarts` times. True when

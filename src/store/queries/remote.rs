@@ -38,7 +38,7 @@ macro_rules! claim_dispatch_sql {
             "UPDATE jobs SET state = 'running', lease_owner = $2, lease_until = $3, attempts = attempts + 1, \
              dispatches = dispatches + 1, external_id = NULL, remote_open = TRUE, remote_restarts = 0, \
              updated_at = $4 WHERE id = (SELECT id FROM jobs WHERE backend = $1 AND state = 'queued' \
-             ORDER BY id LIMIT 1",
+             AND (lease_until IS NULL OR lease_until <= $4) ORDER BY id LIMIT 1",
             $lock,
             ") RETURNING ",
             job_cols!()
@@ -158,10 +158,11 @@ pub(crate) async fn requeue_remote(
     dispatch: u32,
     lost: bool,
     error: &str,
+    not_before: Option<DateTime<Utc>>,
 ) -> Result<Option<Job>> {
     sqlx::query(concat!(
         "UPDATE jobs SET state = 'queued', remote_open = FALSE, external_id = NULL, lease_owner = NULL, \
-         lease_until = NULL, lost_runs = lost_runs + $3, error = $4, updated_at = $5 \
+         lease_until = $6, lost_runs = lost_runs + $3, error = $4, updated_at = $5 \
          WHERE id = $1 AND dispatches = $2 AND state = 'running' RETURNING ",
         job_cols!()
     ))
@@ -170,6 +171,7 @@ pub(crate) async fn requeue_remote(
     .bind(i64::from(lost))
     .bind(error)
     .bind(micros(Utc::now()))
+    .bind(not_before.map(micros))
     .fetch_optional(conn)
     .await
     .map_err(StoreError::db("requeueing a remote job"))?
