@@ -76,6 +76,21 @@ workflow = "grade.yml"
         .add_workflow_with_inputs(GRADER, "grade.yml", &inputs);
 }
 
+/// A started service whose example task goes to GitHub Actions.
+async fn actions_story(backend: Backend) -> Option<World> {
+    let mut w = World::new(backend).await?;
+    use_actions(&mut w);
+    w.start().await;
+    Some(w)
+}
+
+/// An agent opens pull `number` at `head`, naming the example task.
+async fn open_pull(w: &World, number: u64, head: &str) {
+    w.seed_agent_pull(number, head);
+    let opened = w.pull_event("opened.json", number, head, Author::Agent);
+    assert_eq!(w.send("pull_request", opened).await, 202);
+}
+
 fn input<'a>(run: &'a FakeWorkflowRun, name: &str) -> &'a str {
     run.inputs
         .get(name)
@@ -144,14 +159,10 @@ async fn post_result(w: &World, url: &str, token: &str, body: &Value) -> (u16, V
 }
 
 async fn a_dispatched_grade_is_run_by_the_runner_and_reported_once(backend: Backend) {
-    let Some(mut w) = World::new(backend).await else {
+    let Some(w) = actions_story(backend).await else {
         return;
     };
-    use_actions(&mut w);
-    w.start().await;
-    w.seed_agent_pull(2, &w.heads.reference);
-    let opened = w.pull_event("opened.json", 2, &w.heads.reference, Author::Agent);
-    assert_eq!(w.send("pull_request", opened).await, 202);
+    open_pull(&w, 2, &w.heads.reference).await;
 
     let run = runs_dispatched(&w, 1).await.remove(0);
     let job = &w.jobs(2).await[0];
@@ -214,14 +225,10 @@ async fn a_dispatched_grade_is_run_by_the_runner_and_reported_once(backend: Back
 }
 
 async fn a_run_without_a_result_is_dispatched_again_then_neutral(backend: Backend) {
-    let Some(mut w) = World::new(backend).await else {
+    let Some(w) = actions_story(backend).await else {
         return;
     };
-    use_actions(&mut w);
-    w.start().await;
-    w.seed_agent_pull(3, &w.heads.wrong);
-    let opened = w.pull_event("opened.json", 3, &w.heads.wrong, Author::Agent);
-    assert_eq!(w.send("pull_request", opened).await, 202);
+    open_pull(&w, 3, &w.heads.wrong).await;
 
     // The runner is lost mid-job: the job fails, then the run, and no result ever comes.
     let first = runs_dispatched(&w, 1).await.remove(0);
@@ -289,14 +296,10 @@ async fn a_run_without_a_result_is_dispatched_again_then_neutral(backend: Backen
 }
 
 async fn a_push_cancels_the_run_of_the_old_head(backend: Backend) {
-    let Some(mut w) = World::new(backend).await else {
+    let Some(w) = actions_story(backend).await else {
         return;
     };
-    use_actions(&mut w);
-    w.start().await;
-    w.seed_agent_pull(4, &w.heads.wrong);
-    let opened = w.pull_event("opened.json", 4, &w.heads.wrong, Author::Agent);
-    assert_eq!(w.send("pull_request", opened).await, 202);
+    open_pull(&w, 4, &w.heads.wrong).await;
     let old = runs_dispatched(&w, 1).await.remove(0);
     w.fake.set_workflow_run(GRADER, old.id, "in_progress", None);
 
@@ -350,7 +353,36 @@ async fn a_push_cancels_the_run_of_the_old_head(backend: Backend) {
 // Debian's packages, fake GPU devices declared in gres.conf) per story. Jobs run the real
 // `infradev job run --executor local` on the nodes and post to the real service.
 
+/// A started service whose tasks `(id, gpus)` go to a cluster of its own.
+struct SlurmStory {
+    w: World,
+    cluster: slurm::Cluster,
+    _root: tempfile::TempDir,
+}
+
+async fn slurm_story(
+    backend: Backend,
+    tag: &str,
+    tasks: &[(&str, u32)],
+    first_run_delay: u32,
+) -> Option<SlurmStory> {
+    let mut w = World::new(backend).await?;
+    let cluster = slurm::Cluster::up(tag);
+    let root = slurm::gpu_tasks(tasks);
+    w.root = root.path().to_path_buf();
+    let ids: Vec<&str> = tasks.iter().map(|(id, _)| *id).collect();
+    cluster.configure(&mut w, &ids);
+    cluster.set_first_run_delay(first_run_delay);
+    w.start().await;
+    Some(SlurmStory {
+        w,
+        cluster,
+        _root: root,
+    })
+}
+
 mod slurm {
+    use std::collections::HashMap;
     use std::path::{Path, PathBuf};
     use std::process::Command;
     use std::sync::OnceLock;
@@ -478,7 +510,7 @@ time_slack_s = 60
         }
 
         /// `scontrol show job -o <id>` as key → value.
-        pub fn job(&self, id: &str) -> std::collections::HashMap<String, String> {
+        pub fn job(&self, id: &str) -> HashMap<String, String> {
             let out = Command::new("docker")
                 .args(["exec", &format!("{}-ctl", self.name)])
                 .args(["scontrol", "show", "job", "-o", id])
@@ -489,6 +521,19 @@ time_slack_s = 60
                 .filter_map(|kv| kv.split_once('='))
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect()
+        }
+
+        /// Waits (a minute at most) until Slurm says job `id` is in `state`.
+        pub async fn until_state(&self, id: &str, state: &str) -> HashMap<String, String> {
+            until(
+                &format!("Slurm job {id} to be {state}"),
+                Duration::from_secs(60),
+                || {
+                    let j = self.job(id);
+                    (j.get("JobState").map(String::as_str) == Some(state)).then_some(j)
+                },
+            )
+            .await
         }
 
         pub fn docker(&self, verb: &str, node: &str) {
@@ -597,19 +642,20 @@ time_slack_s = 60
 }
 
 async fn slurm_places_1_and_4_gpu_grades_and_reports_each_once(backend: Backend) {
-    let Some(mut w) = World::new(backend).await else {
+    let Some(SlurmStory { w, cluster, _root }) = slurm_story(
+        backend,
+        "place",
+        &[
+            ("example-gpu1", 1),
+            ("example-gpu4", 4),
+            ("example-gpu5", 5),
+        ],
+        2,
+    )
+    .await
+    else {
         return;
     };
-    let cluster = slurm::Cluster::up("place");
-    let root = slurm::gpu_tasks(&[
-        ("example-gpu1", 1),
-        ("example-gpu4", 4),
-        ("example-gpu5", 5),
-    ]);
-    w.root = root.path().to_path_buf();
-    cluster.configure(&mut w, &["example-gpu1", "example-gpu4", "example-gpu5"]);
-    cluster.set_first_run_delay(2);
-    w.start().await;
     slurm::open(&w, 11, &w.heads.reference, "example-gpu1").await;
     slurm::open(&w, 12, &w.heads.wrong, "example-gpu4").await;
     // No node has 5 GPUs: Slurm refuses the job, and the check says it is our side's problem.
@@ -649,11 +695,7 @@ async fn slurm_places_1_and_4_gpu_grades_and_reports_each_once(backend: Backend)
     );
     // Placed by Slurm: the 4-GPU grade on node2 (the only node with 4 GPUs); both COMPLETED.
     for id in [&one, &four] {
-        let job = slurm::until("the Slurm job to end", Duration::from_secs(60), || {
-            let j = cluster.job(id);
-            (j.get("JobState").map(String::as_str) == Some("COMPLETED")).then_some(j)
-        })
-        .await;
+        let job = cluster.until_state(id, "COMPLETED").await;
         assert_eq!(job["Restarts"], "0");
         assert!(
             ["node1", "node2"].contains(&job["NodeList"].as_str()),
@@ -678,22 +720,14 @@ async fn slurm_places_1_and_4_gpu_grades_and_reports_each_once(backend: Backend)
 }
 
 async fn a_lost_node_requeues_the_slurm_job_and_it_is_reported_once(backend: Backend) {
-    let Some(mut w) = World::new(backend).await else {
+    let Some(SlurmStory { w, cluster, _root }) =
+        slurm_story(backend, "lost", &[("example-gpu1", 1)], 300).await
+    else {
         return;
     };
-    let cluster = slurm::Cluster::up("lost");
-    let root = slurm::gpu_tasks(&[("example-gpu1", 1)]);
-    w.root = root.path().to_path_buf();
-    cluster.configure(&mut w, &["example-gpu1"]);
-    cluster.set_first_run_delay(300);
-    w.start().await;
     slurm::open(&w, 21, &w.heads.reference, "example-gpu1").await;
     let id = slurm::slurm_id(&w, 21).await;
-    let node = slurm::until("the job to run", Duration::from_secs(60), || {
-        let j = cluster.job(&id);
-        (j.get("JobState").map(String::as_str) == Some("RUNNING")).then(|| j["NodeList"].clone())
-    })
-    .await;
+    let node = cluster.until_state(&id, "RUNNING").await["NodeList"].clone();
 
     // The node dies mid-grade. Slurm requeues the job; the server notes it as infra.
     cluster.docker("kill", &node);
@@ -734,21 +768,14 @@ async fn a_lost_node_requeues_the_slurm_job_and_it_is_reported_once(backend: Bac
 }
 
 async fn a_push_cancels_the_slurm_job(backend: Backend) {
-    let Some(mut w) = World::new(backend).await else {
+    let Some(SlurmStory { w, cluster, _root }) =
+        slurm_story(backend, "push", &[("example-gpu1", 1)], 300).await
+    else {
         return;
     };
-    let cluster = slurm::Cluster::up("push");
-    let root = slurm::gpu_tasks(&[("example-gpu1", 1)]);
-    w.root = root.path().to_path_buf();
-    cluster.configure(&mut w, &["example-gpu1"]);
-    cluster.set_first_run_delay(300);
-    w.start().await;
     slurm::open(&w, 31, &w.heads.wrong, "example-gpu1").await;
     let old = slurm::slurm_id(&w, 31).await;
-    slurm::until("the old job to run", Duration::from_secs(60), || {
-        (cluster.job(&old).get("JobState").map(String::as_str) == Some("RUNNING")).then_some(())
-    })
-    .await;
+    cluster.until_state(&old, "RUNNING").await;
 
     cluster.set_first_run_delay(0);
     w.seed_agent_pull_for(31, &w.heads.reference, "example-gpu1");
@@ -783,21 +810,23 @@ async fn a_push_cancels_the_slurm_job(backend: Backend) {
 }
 
 async fn a_server_restarted_mid_slurm_job_loses_nothing(backend: Backend) {
-    let Some(mut w) = World::new(backend).await else {
+    let Some(SlurmStory {
+        mut w,
+        cluster,
+        _root,
+    }) = slurm_story(
+        backend,
+        &format!("restart-{backend:?}").to_lowercase(),
+        &[("example-gpu1", 1)],
+        5,
+    )
+    .await
+    else {
         return;
     };
-    let cluster = slurm::Cluster::up(&format!("restart-{backend:?}").to_lowercase());
-    let root = slurm::gpu_tasks(&[("example-gpu1", 1)]);
-    w.root = root.path().to_path_buf();
-    cluster.configure(&mut w, &["example-gpu1"]);
-    cluster.set_first_run_delay(5);
-    w.start().await;
     slurm::open(&w, 41, &w.heads.reference, "example-gpu1").await;
     let id = slurm::slurm_id(&w, 41).await;
-    slurm::until("the job to run", Duration::from_secs(60), || {
-        (cluster.job(&id).get("JobState").map(String::as_str) == Some("RUNNING")).then_some(())
-    })
-    .await;
+    cluster.until_state(&id, "RUNNING").await;
 
     // The server goes down while the node grades; the job's post fails and is retried.
     w.kill().await;
@@ -816,10 +845,7 @@ async fn a_server_restarted_mid_slurm_job_loses_nothing(backend: Backend) {
         "{:?}",
         runs[0].title
     );
-    slurm::until("the Slurm job to end", Duration::from_secs(60), || {
-        (cluster.job(&id).get("JobState").map(String::as_str) == Some("COMPLETED")).then_some(())
-    })
-    .await;
+    cluster.until_state(&id, "COMPLETED").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(w.runs_for(&w.heads.reference).len(), 1);
     let job = &w.jobs(41).await[0];
@@ -829,14 +855,11 @@ async fn a_server_restarted_mid_slurm_job_loses_nothing(backend: Backend) {
 }
 
 async fn an_unreachable_controller_delays_the_grade_without_blame(backend: Backend) {
-    let Some(mut w) = World::new(backend).await else {
+    let Some(SlurmStory { w, cluster, _root }) =
+        slurm_story(backend, "outage", &[("example-gpu1", 1)], 0).await
+    else {
         return;
     };
-    let cluster = slurm::Cluster::up("outage");
-    let root = slurm::gpu_tasks(&[("example-gpu1", 1)]);
-    w.root = root.path().to_path_buf();
-    cluster.configure(&mut w, &["example-gpu1"]);
-    w.start().await;
 
     // The controller is down when the grade is dispatched: the submission fails, the job waits
     // (backing off) instead of being reported, and goes through once the controller is back.
