@@ -144,6 +144,8 @@ on_both_backends!(
     due_outbox_respects_next_attempt_at_and_job_order,
     claim_outbox_hides_claimed_rows,
     transactions_that_read_first_do_not_fail_under_concurrency,
+    remote_jobs_are_claimed_only_by_their_backend_and_only_when_due,
+    result_tokens_are_hashed_single_use_and_expire,
 );
 
 fn delivery(id: &str, payload: &[u8]) -> NewDelivery {
@@ -1106,6 +1108,215 @@ async fn claim_outbox_hides_claimed_rows(db: TestDb) {
     assert_eq!(
         ids(store.claim_outbox(later, lease, 10).await.unwrap()),
         [r2]
+    );
+    store.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// remote backends
+
+/// A queued job routed to `backend`.
+async fn remote_job(store: &Store, number: u64, backend: &str) -> Job {
+    let job = store
+        .enqueue_job("o/r", number, &format!("{number:040x}"), "t", 1)
+        .await
+        .unwrap()
+        .job;
+    assert!(store.set_job_backend(job.id, backend).await.unwrap());
+    job
+}
+
+async fn remote_jobs_are_claimed_only_by_their_backend_and_only_when_due(db: TestDb) {
+    let store = db.open().await;
+    let local = store
+        .enqueue_job("o/r", 1, &"a".repeat(40), "t", 1)
+        .await
+        .unwrap()
+        .job;
+    let slurm = remote_job(&store, 2, "slurm").await;
+    let until = Utc::now() + chrono::Duration::hours(1);
+
+    // The local workers never take a remote job, nor a remote dispatcher a local one.
+    let claimed = store
+        .claim_job("w", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.id, local.id);
+    assert!(
+        store
+            .claim_job("w", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .claim_dispatch("github-actions", until)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let d1 = store.claim_dispatch("slurm", until).await.unwrap().unwrap();
+    assert_eq!((d1.id, d1.dispatches, d1.remote_open), (slurm.id, 1, true));
+    assert_eq!(d1.lease_owner.as_deref(), Some("remote:slurm"));
+    assert!(
+        store
+            .claim_dispatch("slurm", until)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The engine was unreachable: back in the queue, not claimable before its backoff ends.
+    let due = Utc::now() + chrono::Duration::milliseconds(700);
+    let requeued = store
+        .requeue_remote(slurm.id, 1, false, "controller down", Some(due))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((requeued.lost_runs, requeued.remote_open), (0, false));
+    assert!(
+        store
+            .claim_dispatch("slurm", until)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .requeue_remote(slurm.id, 1, false, "twice", None)
+            .await
+            .unwrap()
+            .is_none(),
+        "only the running dispatch can be requeued"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Once due, the next dispatch is number 2; the engine id is recorded against it only.
+    let d2 = store.claim_dispatch("slurm", until).await.unwrap().unwrap();
+    assert_eq!(d2.dispatches, 2);
+    assert!(
+        store
+            .set_external_id(slurm.id, 1, "17", until)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let recorded = store
+        .set_external_id(slurm.id, 2, "18", until)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recorded.external_id.as_deref(), Some("18"));
+    assert_eq!(
+        ids_of(store.open_remote_jobs("slurm").await.unwrap()),
+        [slurm.id]
+    );
+    // Lost: counted, requeued at once; the dispatch is closed.
+    let lost = store
+        .requeue_remote(slurm.id, 2, true, "NODE_FAIL", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lost.lost_runs, 1);
+    assert!(store.open_remote_jobs("slurm").await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .jobs_by_external_id("slurm", "18")
+            .await
+            .unwrap()
+            .len(),
+        0,
+        "the engine id goes with the dispatch"
+    );
+    store.close().await;
+}
+
+fn ids_of(jobs: Vec<Job>) -> Vec<JobId> {
+    jobs.into_iter().map(|j| j.id).collect()
+}
+
+async fn result_tokens_are_hashed_single_use_and_expire(db: TestDb) {
+    use infradev::app::results::{Answer, ResultError, receive};
+    use infradev::backend::token;
+
+    let store = db.open().await;
+    let job = remote_job(&store, 3, "slurm").await;
+    let until = Utc::now() + chrono::Duration::hours(1);
+    let claimed = store.claim_dispatch("slurm", until).await.unwrap().unwrap();
+    let (good, stale) = ("a".repeat(64), "b".repeat(64));
+    store
+        .insert_job_token(job.id, 1, &token::hash(&good), until)
+        .await
+        .unwrap();
+    store
+        .insert_job_token(
+            job.id,
+            1,
+            &token::hash(&stale),
+            Utc::now() - chrono::Duration::seconds(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.dispatches, 1);
+    let body = serde_json::to_vec(
+        &json!({"job_id": job.id.0, "dispatch": 1, "error": "task error: no such task"}),
+    )
+    .unwrap();
+
+    let refused = |r: Result<Answer, ResultError>| match r {
+        Err(ResultError::Unauthorized(why)) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert!(refused(receive(&store, job.id.0, None, &body).await).contains("no bearer"));
+    assert!(
+        refused(receive(&store, job.id.0, Some(&"c".repeat(64)), &body).await)
+            .contains("no such token")
+    );
+    assert!(
+        refused(receive(&store, job.id.0 + 1, Some(&good), &body).await).contains("no such token")
+    );
+    assert!(refused(receive(&store, job.id.0, Some(&stale), &body).await).contains("expired"));
+    let other_job = serde_json::to_vec(&json!({"job_id": job.id.0 + 1, "dispatch": 1})).unwrap();
+    assert!(matches!(
+        receive(&store, job.id.0, Some(&good), &other_job).await,
+        Err(ResultError::BadBody(_))
+    ));
+
+    // The good token once: accepted (a task error is the task's, reported as such). Again: a
+    // duplicate that changes nothing.
+    assert_eq!(
+        receive(&store, job.id.0, Some(&good), &body).await.unwrap(),
+        Answer::Accepted
+    );
+    assert_eq!(
+        receive(&store, job.id.0, Some(&good), &body).await.unwrap(),
+        Answer::Duplicate
+    );
+    let done = store.get_job(job.id).await.unwrap().unwrap();
+    assert_eq!(done.state, JobState::Finished);
+    assert!(!done.remote_open);
+    assert_eq!(done.error.as_deref(), Some("task error: no such task"));
+    let results = store.job_results(job.id).await.unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].disposition, Disposition::Accepted);
+    // The conclusion is queued with the finish, in one transaction.
+    let kinds: Vec<String> = store
+        .outbox_for_job(job.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.kind)
+        .collect();
+    assert!(kinds.iter().any(|k| k == "check_completed"), "{kinds:?}");
+    // Only the token's hash is stored.
+    assert!(store.find_job_token(job.id, &good).await.unwrap().is_none());
+    assert!(
+        store
+            .find_job_token(job.id, &token::hash(&good))
+            .await
+            .unwrap()
+            .is_some()
     );
     store.close().await;
 }
