@@ -80,6 +80,35 @@ pub fn app_manifest(name: &str, url: &str, webhook_url: &str) -> Value {
     })
 }
 
+/// What the App also needs when it hands grades to self-hosted GitHub Actions runners in a
+/// grader repository (docs/scale-out.md): dispatch and cancel runs there, and hear about them.
+pub const ACTIONS_BACKEND_PERMISSIONS: &[(&str, &str, &str)] = &[(
+    "actions",
+    "write",
+    "dispatch the grading workflow in the grader repository, read and cancel its runs",
+)];
+pub const ACTIONS_BACKEND_EVENTS: &[(&str, &str)] = &[
+    (
+        "workflow_run",
+        "a dispatched grading run was queued, started or finished",
+    ),
+    (
+        "workflow_job",
+        "a grading job's runner started, finished or was lost",
+    ),
+];
+
+/// Adds [`ACTIONS_BACKEND_PERMISSIONS`] and [`ACTIONS_BACKEND_EVENTS`] to a manifest.
+pub fn with_actions_backend(mut manifest: Value) -> Value {
+    for (name, access, _) in ACTIONS_BACKEND_PERMISSIONS {
+        manifest["default_permissions"][*name] = Value::from(*access);
+    }
+    if let Some(events) = manifest["default_events"].as_array_mut() {
+        events.extend(ACTIONS_BACKEND_EVENTS.iter().map(|(e, _)| Value::from(*e)));
+    }
+    manifest
+}
+
 /// [`app_manifest`] with the `redirect_url` GitHub sends the browser to, with `?code=…`,
 /// after the App is registered.
 pub fn app_manifest_with_redirect(
@@ -96,6 +125,23 @@ pub fn app_manifest_with_redirect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_actions_backend_adds_actions_write_and_the_run_events() {
+        let plain = app_manifest("I", "https://u", "https://u/webhook");
+        assert!(plain["default_permissions"].get("actions").is_none());
+        let m = with_actions_backend(plain);
+        assert_eq!(m["default_permissions"]["actions"], "write");
+        assert_eq!(m["default_permissions"]["checks"], "write");
+        let events: Vec<&str> = m["default_events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(events.contains(&"workflow_run") && events.contains(&"workflow_job"));
+        assert!(events.contains(&"pull_request"));
+    }
 
     #[test]
     fn manifest() {

@@ -79,6 +79,10 @@ pub enum AppCommand {
         /// Where GitHub sends webhooks: this server's `/webhook`.
         #[arg(long)]
         webhook_url: String,
+        /// Also ask for what the github-actions backend needs (`actions: write`,
+        /// `workflow_run`, `workflow_job`; docs/scale-out.md).
+        #[arg(long)]
+        actions_backend: bool,
     },
 }
 
@@ -226,8 +230,12 @@ pub async fn run(mut cli: Cli) -> u8 {
             name,
             url,
             webhook_url,
+            actions_backend,
         }) => {
-            let manifest = crate::app_manifest::app_manifest(&name, &url, &webhook_url);
+            let mut manifest = crate::app_manifest::app_manifest(&name, &url, &webhook_url);
+            if actions_backend {
+                manifest = crate::app_manifest::with_actions_backend(manifest);
+            }
             println!(
                 "{}",
                 serde_json::to_string_pretty(&manifest).unwrap_or_default()
