@@ -387,6 +387,43 @@ mod tests {
     }
 
     #[test]
+    fn a_route_to_an_unconfigured_backend_is_refused_by_name() {
+        let base = "[github]\napp_id = 1\n";
+        let err = ServerConfig::parse(
+            Path::new("x.toml"),
+            &format!("{base}[backends]\nresult_url = \"http://s\"\n[[backends.route]]\nbackend = \"slurm\"\n"),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains(
+                "backends.route[0] names `slurm`, but [backends.slurm] is not configured"
+            ),
+            "{err:#}"
+        );
+        let err = ServerConfig::parse(
+            Path::new("x.toml"),
+            &format!("{base}[[backends.route]]\nbackend = \"github-actions\"\n[backends.github_actions]\nrepository = \"o/g\"\n"),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("set backends.result_url"),
+            "{err:#}"
+        );
+        let err = ServerConfig::parse(
+            Path::new("x.toml"),
+            &format!("{base}[[backends.route]]\nbackend = \"kubernetes\"\n"),
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("kubernetes"), "{err:#}");
+        let ok = ServerConfig::parse(
+            Path::new("x.toml"),
+            &format!("{base}[backends]\nresult_url = \"http://s\"\n[[backends.route]]\nbackend = \"github-actions\"\nmin_gpus = 1\n[backends.github_actions]\nrepository = \"o/g\"\n"),
+        )
+        .unwrap();
+        assert_eq!(ok.backends.routes.len(), 1);
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let err = ServerConfig::parse(Path::new("x.toml"), "[github]\napp_id = 1\ncolour = 2\n")
             .unwrap_err();
