@@ -275,7 +275,16 @@ impl RemoteBackend {
 
     /// One pass over every open dispatch of this backend.
     pub async fn follow_once(&self) -> anyhow::Result<()> {
-        for job in self.store.open_remote_jobs(self.name()).await? {
+        let open = self.store.open_remote_jobs(self.name()).await?;
+        // Forget dispatches that closed (their result arrived within the grace).
+        self.ended_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, dispatch), _| {
+                open.iter()
+                    .any(|j| j.id.0 == *id && j.dispatches == *dispatch)
+            });
+        for job in open {
             let span = tracing::info_span!("follow", backend = self.name(), job = %job.id, dispatch = job.dispatches);
             let _guard = span.enter();
             if let Err(e) = self.follow(&job).await {
