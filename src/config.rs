@@ -186,6 +186,10 @@ pub struct BackendsConfig {
     /// before it counts as lost; also how long its result token stays valid.
     #[serde(default = "default_queue_timeout_s")]
     pub queue_timeout_s: u64,
+    /// Dispatches in flight at once per backend (each prepares its bundle and submits; the
+    /// engine's round trip, not our CPU, is what they wait on).
+    #[serde(default = "default_dispatch_concurrency")]
+    pub dispatch_concurrency: usize,
     /// Seconds a run's result may arrive after the engine says the run ended.
     #[serde(default = "default_result_grace_s")]
     pub result_grace_s: u64,
@@ -354,6 +358,9 @@ fn default_true() -> bool {
 }
 fn default_queue_timeout_s() -> u64 {
     24 * 3600
+}
+fn default_dispatch_concurrency() -> usize {
+    4
 }
 fn default_result_grace_s() -> u64 {
     30

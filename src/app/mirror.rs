@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use secrecy::{ExposeSecret, SecretString};
@@ -13,11 +14,27 @@ use secrecy::{ExposeSecret, SecretString};
 pub struct Mirrors {
     dir: PathBuf,
     rewrites: BTreeMap<String, String>,
+    /// One fetch at a time per mirror: workers and dispatchers fetch side by side, and two
+    /// fetches of one commit into one repository would race for its ref.
+    locks: Mutex<BTreeMap<String, Arc<Mutex<()>>>>,
 }
 
 impl Mirrors {
     pub fn new(dir: PathBuf, rewrites: BTreeMap<String, String>) -> Self {
-        Mirrors { dir, rewrites }
+        Mirrors {
+            dir,
+            rewrites,
+            locks: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn lock(&self, repo: &str) -> Arc<Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(repo.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// Fetches `commits` of `repo` (`owner/name`) from `clone_url` into its mirror and returns
@@ -29,6 +46,8 @@ impl Mirrors {
         token: Option<&SecretString>,
         commits: &[&str],
     ) -> anyhow::Result<PathBuf> {
+        let lock = self.lock(repo);
+        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
         let mirror = self.dir.join(format!("{repo}.git"));
         if !mirror.join("HEAD").is_file() {
             std::fs::create_dir_all(&mirror)

@@ -225,20 +225,24 @@ impl Service {
                 wake_outbox.clone(),
                 wake_worker.clone(),
             ));
-            let dispatcher = remote.clone();
-            spawn_loop(
-                &mut tasks,
-                "dispatcher",
-                wake_worker.clone(),
-                tuning.poll,
-                move || {
-                    let d = dispatcher.clone();
-                    async move {
-                        while d.dispatch_once().await? {}
-                        Ok(())
-                    }
-                },
-            );
+            // Several dispatchers per backend: claims are atomic, so they never take the same
+            // job, and submissions overlap the engine's round trips.
+            for _ in 0..config.backends.dispatch_concurrency.max(1) {
+                let dispatcher = remote.clone();
+                spawn_loop(
+                    &mut tasks,
+                    "dispatcher",
+                    wake_worker.clone(),
+                    tuning.poll,
+                    move || {
+                        let d = dispatcher.clone();
+                        async move {
+                            while d.dispatch_once().await? {}
+                            Ok(())
+                        }
+                    },
+                );
+            }
             spawn_loop(
                 &mut tasks,
                 "follower",
