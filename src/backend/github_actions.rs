@@ -125,11 +125,21 @@ fn backend_error(e: GitHubError) -> BackendError {
 pub struct GitHubActions {
     config: ActionsConfig,
     github: Arc<GitHubApp>,
+    /// The installation on the grader repository, configured or looked up once.
+    installation: tokio::sync::OnceCell<u64>,
 }
 
 impl GitHubActions {
     pub fn new(config: ActionsConfig, github: Arc<GitHubApp>) -> GitHubActions {
-        GitHubActions { config, github }
+        let installation = match config.installation_id {
+            Some(id) => tokio::sync::OnceCell::new_with(Some(id)),
+            None => tokio::sync::OnceCell::new(),
+        };
+        GitHubActions {
+            config,
+            github,
+            installation,
+        }
     }
 
     async fn client(&self) -> Result<RepoClient, BackendError> {
@@ -139,20 +149,21 @@ impl GitHubActions {
                 self.config.repository
             ))
         })?;
-        let installation = match self.config.installation_id {
-            Some(id) => id,
-            None => self
-                .github
-                .repo_installation_id(owner, name)
-                .await
-                .map_err(backend_error)?
-                .ok_or_else(|| {
-                    BackendError::Rejected(format!(
-                        "the App is not installed on the grader repository {}",
-                        self.config.repository
-                    ))
-                })?,
-        };
+        let installation = *self
+            .installation
+            .get_or_try_init(|| async {
+                self.github
+                    .repo_installation_id(owner, name)
+                    .await
+                    .map_err(backend_error)?
+                    .ok_or_else(|| {
+                        BackendError::Rejected(format!(
+                            "the App is not installed on the grader repository {}",
+                            self.config.repository
+                        ))
+                    })
+            })
+            .await?;
         self.github
             .client(installation, owner, name)
             .await
