@@ -121,7 +121,7 @@ async fn grade(root: &Path, args: &JobRunArgs) -> ResultBody {
     // As root, the local executor runs the phases as `nobody`, which cannot read the bundle
     // (mode 0700, the service user's): grade from a copy `nobody` can traverse. The local
     // executor gives no filesystem isolation anyway (see its limitations in the report).
-    let staged = match (&request_executor(args), unsafe_is_root()) {
+    let staged = match (args.sandbox.choice(), running_as_root()) {
         (ExecutorChoice::Local { .. }, true) => match stage(root) {
             Ok(dir) => Some(dir),
             Err(e) => {
@@ -144,7 +144,7 @@ async fn grade(root: &Path, args: &JobRunArgs) -> ResultBody {
         repo: args.repo.clone(),
         head: args.head.clone(),
         lib: root.join("runners/python"),
-        executor: request_executor(args),
+        executor: args.sandbox.choice(),
         keep_workdir: false,
     };
     match grade_submission(&request, &|_| {}).await {
@@ -201,11 +201,7 @@ async fn post(
     }
 }
 
-fn request_executor(args: &JobRunArgs) -> ExecutorChoice {
-    args.sandbox.choice()
-}
-
-fn unsafe_is_root() -> bool {
+fn running_as_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
