@@ -45,6 +45,7 @@ use infradev::store::{Job, Store};
 use infradev::task::Registry;
 use secrecy::SecretString;
 use support::payloads::{self, Author, FORK_OWNER, REPO};
+use support::scale_out::{GRADER, GRADER_INSTALLATION, route_to_actions};
 use support::story::{Backend, REPO_FULL, SECRET, TASK, World, free_port};
 use tokio::io::AsyncWriteExt;
 
@@ -56,9 +57,6 @@ const QUEUED: usize = 200;
 const FLOOR_CALLS: usize = LATENCY_PRS;
 /// How often the store is read while waiting for one submission.
 const POLL: Duration = Duration::from_millis(2);
-
-const GRADER: &str = "infradev-org/grader";
-const GRADER_INSTALLATION: u64 = 8_888_888;
 
 /// Targets, set after measuring on the 2-core machine (docs/performance.md says why): per
 /// engine, the overhead's p50 and p99 in ms, and submissions per second with 200 queued.
@@ -891,56 +889,10 @@ async fn slurm_part(heads: &[String], sbatch_ms: &Arc<Mutex<Vec<f64>>>) -> Part 
 
 // ---- GitHub Actions ------------------------------------------------------------------------
 
-/// The inputs runners/github-actions/grade.yml declares, so the fake refuses a dispatch the
-/// real workflow would (as tests/scale_out.rs registers them).
-fn workflow_inputs() -> Vec<String> {
-    let text = std::fs::read_to_string(support::root().join("runners/github-actions/grade.yml"))
-        .expect("the example workflow");
-    let mut names = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        let indent = line.len() - line.trim_start().len();
-        if line.trim() == "inputs:" && indent == 4 {
-            inside = true;
-        } else if inside && !line.trim().is_empty() && indent <= 4 {
-            break;
-        } else if inside && indent == 6 && line.trim_end().ends_with(':') {
-            names.push(line.trim().trim_end_matches(':').to_owned());
-        }
-    }
-    assert!(names.len() >= 5, "inputs of grade.yml: {names:?}");
-    names
-}
-
-/// Routes the example task to GitHub Actions on the grader repository, as tests/scale_out.rs
-/// `use_actions` does, with the follower kept out of the measurement.
-fn use_actions(w: &mut World) {
-    let port = free_port();
-    w.listen = format!("127.0.0.1:{port}");
-    w.extra_config = format!(
-        r#"
-[backends]
-result_url = "http://127.0.0.1:{port}"
-result_grace_s = 3600
-follow_interval_s = 3600
-[[backends.route]]
-backend = "github-actions"
-tasks = ["{TASK}"]
-[backends.github_actions]
-repository = "{GRADER}"
-workflow = "grade.yml"
-"#
-    );
-    w.fake.add_installation(GRADER_INSTALLATION, &[GRADER]);
-    let inputs = workflow_inputs();
-    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    w.fake
-        .add_workflow_with_inputs(GRADER, "grade.yml", &inputs);
-}
-
 async fn actions_part(heads: &[String]) -> Part {
     let mut w = World::new(Backend::Sqlite).await.expect("Docker is ready");
-    use_actions(&mut w);
+    // The follower is kept out of the measurement.
+    route_to_actions(&mut w, 3600, 3600);
     start(&mut w).await;
     let store = Store::open(&w.store_url).await.expect("open the store");
     let http = reqwest::Client::new();

@@ -11,10 +11,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::fake_github::FakeWorkflowRun;
 use support::payloads::{self, Author};
+use support::scale_out::{GRADER, GRADER_INSTALLATION, route_to_actions};
 use support::story::*;
-
-const GRADER: &str = "infradev-org/grader";
-const GRADER_INSTALLATION: u64 = 8_888_888;
 
 macro_rules! stories {
     ($($name:ident),* $(,)?) => {
@@ -30,56 +28,10 @@ stories!(
     a_server_restarted_mid_slurm_job_loses_nothing,
 );
 
-/// The inputs runners/github-actions/grade.yml declares (`on.workflow_dispatch.inputs`), so
-/// the fake refuses a dispatch that the real workflow would.
-fn workflow_inputs() -> Vec<String> {
-    let text = std::fs::read_to_string(support::root().join("runners/github-actions/grade.yml"))
-        .expect("the example workflow");
-    let mut names = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        let indent = line.len() - line.trim_start().len();
-        if line.trim() == "inputs:" && indent == 4 {
-            inside = true;
-        } else if inside && !line.trim().is_empty() && indent <= 4 {
-            break;
-        } else if inside && indent == 6 && line.trim_end().ends_with(':') {
-            names.push(line.trim().trim_end_matches(':').to_owned());
-        }
-    }
-    assert!(names.len() >= 5, "inputs of grade.yml: {names:?}");
-    names
-}
-
-/// Routes the example task to GitHub Actions on the grader repository.
-fn use_actions(w: &mut World) {
-    let port = free_port();
-    w.listen = format!("127.0.0.1:{port}");
-    w.extra_config = format!(
-        r#"
-[backends]
-result_url = "http://127.0.0.1:{port}"
-result_grace_s = 1
-follow_interval_s = 1
-[[backends.route]]
-backend = "github-actions"
-tasks = ["{TASK}"]
-[backends.github_actions]
-repository = "{GRADER}"
-workflow = "grade.yml"
-"#
-    );
-    w.fake.add_installation(GRADER_INSTALLATION, &[GRADER]);
-    let inputs = workflow_inputs();
-    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    w.fake
-        .add_workflow_with_inputs(GRADER, "grade.yml", &inputs);
-}
-
 /// A started service whose example task goes to GitHub Actions.
 async fn actions_story(backend: Backend) -> Option<World> {
     let mut w = World::new(backend).await?;
-    use_actions(&mut w);
+    route_to_actions(&mut w, 1, 1);
     w.start().await;
     Some(w)
 }
