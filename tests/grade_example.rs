@@ -294,6 +294,16 @@ fn orphaned_sandbox_containers_are_reaped() {
         support::BASE_IMAGE,
         "true",
     ]);
+    // A build container of a grader killed while it made an environment image.
+    let build = docker(&[
+        "create",
+        "--label",
+        "org.infradev.managed=build",
+        "--label",
+        "org.infradev.deadline=1",
+        support::BASE_IMAGE,
+        "true",
+    ]);
     let g = grade_example("submission/reference", "docker");
     assert_eq!(g.report().grade.verdict, Verdict::Resolved);
     let left = docker(&[
@@ -303,8 +313,10 @@ fn orphaned_sandbox_containers_are_reaped() {
         "--filter",
         "label=org.infradev.deadline=1",
     ]);
-    assert!(
-        !left.contains(&orphan),
-        "the orphan {orphan} is still there"
-    );
+    for gone in [&orphan, &build] {
+        assert!(
+            !left.contains(gone.as_str()),
+            "the orphan {gone} is still there"
+        );
+    }
 }

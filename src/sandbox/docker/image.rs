@@ -23,7 +23,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
-use super::executor::LABEL_MANAGED;
+use super::executor::{LABEL_DEADLINE, LABEL_MANAGED};
 use crate::task::Task;
 
 /// Bumped when the way layers are built changes, so old tags are not reused.
@@ -227,10 +227,7 @@ async fn build_pip_layer(
             "PATH=/usr/local/bin:/usr/bin:/bin".into(),
             "PIP_NO_INPUT=1".into(),
         ]),
-        labels: Some(HashMap::from([(
-            LABEL_MANAGED.to_owned(),
-            "build".to_owned(),
-        )])),
+        labels: Some(build_labels(LAYER_BUILD_LIFETIME)),
         network_disabled: Some(true),
         host_config: Some(HostConfig {
             network_mode: Some("none".into()),
@@ -323,6 +320,25 @@ async fn run_and_commit(docker: &Docker, id: &str, tag: &str) -> anyhow::Result<
     Ok(committed.id)
 }
 
+/// How long a layer's build container may live before the reaper may remove it (a torch
+/// layer installs gigabytes from the wheel cache).
+const LAYER_BUILD_LIFETIME: std::time::Duration = std::time::Duration::from_secs(4 * 3600);
+/// The same for the container that checks an image's Python.
+const CHECK_LIFETIME: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Labels of a build or check container: ours, and removable by the reaper after `lifetime`
+/// (a grader killed mid-build leaves it behind).
+fn build_labels(lifetime: std::time::Duration) -> HashMap<String, String> {
+    let deadline = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        + lifetime;
+    HashMap::from([
+        (LABEL_MANAGED.to_owned(), "build".to_owned()),
+        (LABEL_DEADLINE.to_owned(), deadline.as_secs().to_string()),
+    ])
+}
+
 async fn check_python(docker: &Docker, image: &str, python: &str) -> anyhow::Result<()> {
     let body = ContainerCreateBody {
         image: Some(image.to_owned()),
@@ -335,10 +351,7 @@ async fn check_python(docker: &Docker, image: &str, python: &str) -> anyhow::Res
             ),
         ]),
         entrypoint: Some(Vec::new()),
-        labels: Some(HashMap::from([(
-            LABEL_MANAGED.to_owned(),
-            "build".to_owned(),
-        )])),
+        labels: Some(build_labels(CHECK_LIFETIME)),
         network_disabled: Some(true),
         host_config: Some(HostConfig {
             network_mode: Some("none".into()),

@@ -8,13 +8,15 @@ use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOpt
 use super::executor::{DockerExecutor, LABEL_DEADLINE, LABEL_MANAGED};
 
 impl DockerExecutor {
-    /// Removes every container of ours whose deadline has passed; returns how many.
+    /// Removes every container of ours (sandboxes, and the build and check containers of
+    /// environment images) whose deadline has passed; returns how many.
     pub async fn reap_orphans(docker: &Docker) -> anyhow::Result<usize> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let filters = HashMap::from([("label".to_owned(), vec![format!("{LABEL_MANAGED}=true")])]);
+        // Any value of the label: `true` (sandboxes) or `build`.
+        let filters = HashMap::from([("label".to_owned(), vec![LABEL_MANAGED.to_owned()])]);
         let options = ListContainersOptionsBuilder::default()
             .all(true)
             .filters(&filters)
