@@ -356,6 +356,42 @@ async fn submitted(store: &Store, number: u64, limit: Duration) -> Job {
     }
 }
 
+/// One PR's way from delivery to engine id, in ms: by the bench's clock (`acked`, `latency`)
+/// and by the service's timestamps on the job (the rest).
+struct OnePr {
+    sent: Instant,
+    acked: f64,
+    latency: f64,
+    to_enqueued: f64,
+    to_submitted_in_store: f64,
+    dispatch: f64,
+}
+
+/// Opens PR `number` at `head`, posts its delivery and waits until its job has an engine id.
+async fn one_pr(
+    w: &World,
+    http: &reqwest::Client,
+    url: &str,
+    store: &Store,
+    number: u64,
+    head: &str,
+) -> OnePr {
+    let d = opened(w, number, head);
+    let t0 = Utc::now();
+    let sent = Instant::now();
+    post(http, url, &d).await;
+    let acked = ms(sent.elapsed());
+    let job = submitted(store, number, Duration::from_secs(60)).await;
+    OnePr {
+        sent,
+        acked,
+        latency: ms(sent.elapsed()),
+        to_enqueued: ms_between(t0, job.created_at),
+        to_submitted_in_store: ms_between(t0, job.updated_at),
+        dispatch: ms_between(job.created_at, job.updated_at),
+    }
+}
+
 /// Sends `deliveries` at once and waits until each job has an engine id; the times are from the
 /// first send, the last two by the service's own timestamps.
 async fn throughput(w: &World, store: &Store, backend: &str, deliveries: &[Delivery]) -> Rate {
@@ -792,17 +828,12 @@ async fn slurm_part(heads: &[String], sbatch_ms: &Arc<Mutex<Vec<f64>>>) -> Part 
     let (mut to_enqueued, mut to_submitted_in_store) = (Vec::new(), Vec::new());
     let mut dispatch = Vec::new();
     for i in 0..LATENCY_PRS {
-        let number = 1_000 + i as u64;
-        let d = opened(&w, number, &heads[1 + i]);
-        let t0 = Utc::now();
-        let started = Instant::now();
-        post(&http, &url, &d).await;
-        acked.push(ms(started.elapsed()));
-        let job = submitted(&store, number, Duration::from_secs(60)).await;
-        latency.push(ms(started.elapsed()));
-        to_enqueued.push(ms_between(t0, job.created_at));
-        to_submitted_in_store.push(ms_between(t0, job.updated_at));
-        dispatch.push(ms_between(job.created_at, job.updated_at));
+        let one = one_pr(&w, &http, &url, &store, 1_000 + i as u64, &heads[1 + i]).await;
+        acked.push(one.acked);
+        latency.push(one.latency);
+        to_enqueued.push(one.to_enqueued);
+        to_submitted_in_store.push(one.to_submitted_in_store);
+        dispatch.push(one.dispatch);
         floor.push(sbatch_directly(&ctl, &floor_script(i)).await);
     }
     let (fetch, bundle) = fetch_and_bundle(&w, &heads[1..=LATENCY_PRS]);
@@ -947,16 +978,12 @@ async fn actions_part(heads: &[String]) -> Part {
     let mut lookup = Vec::new();
     for i in 0..LATENCY_PRS {
         let number = 1_000 + i as u64;
-        let d = opened(&w, number, &heads[1 + i]);
-        let t0 = Utc::now();
-        let started = Instant::now();
-        post(&http, &url, &d).await;
-        acked.push(ms(started.elapsed()));
-        let job = submitted(&store, number, Duration::from_secs(60)).await;
-        latency.push(ms(started.elapsed()));
-        to_enqueued.push(ms_between(t0, job.created_at));
-        dispatch.push(ms_between(job.created_at, job.updated_at));
-        sent_at.push((number, started));
+        let one = one_pr(&w, &http, &url, &store, number, &heads[1 + i]).await;
+        acked.push(one.acked);
+        latency.push(one.latency);
+        to_enqueued.push(one.to_enqueued);
+        dispatch.push(one.dispatch);
+        sent_at.push((number, one.sent));
         floor.push(dispatch_directly(i).await);
         let started = Instant::now();
         app.repo_installation_id(owner, name)
