@@ -9,7 +9,7 @@ use infradev::webhook::{Event, ParseError, PrAction, parse, sign, verify_signatu
 use secrecy::SecretString;
 use serde_json::{Value, json};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/github");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github");
 
 fn fixture(rel: &str) -> Vec<u8> {
     let path = Path::new(FIXTURES).join(rel);
@@ -21,7 +21,8 @@ fn secrets(list: &[&str]) -> Vec<SecretString> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Signatures: every vector of shared/fixtures/github/signatures.md, plus the §3.2 vector B.
+// Signatures: every vector of tests/fixtures/github/signatures.md, plus vector B from
+// octokit/webhooks-methods.js (secret `mysecret`, a 2-space JSON body with a final `\n`).
 
 const DOC_SECRET: &str = "It's a Secret to Everybody";
 const DOC_SIG: &str = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";

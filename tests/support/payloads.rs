@@ -1,4 +1,4 @@
-//! Real webhook payloads from ../shared/fixtures/github/webhooks, re-pointed at the test world
+//! Real webhook payloads from tests/fixtures/github/webhooks, re-pointed at the test world
 //! (repository, PR number, head SHA, author, installation) and signed for real.
 
 use serde_json::{Value, json};
@@ -7,7 +7,7 @@ use super::fake_github::FakeWorkflowRun;
 
 pub const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/github/webhooks"
+    "/tests/fixtures/github/webhooks"
 );
 
 /// The mirror repository the App is installed on in the test world.

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 pub const SPEC_PATH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/github/openapi/api.github.com.trimmed.json"
+    "/tests/fixtures/github/openapi/api.github.com.trimmed.json"
 );
 const BASE: &str = "https://api.github.com/openapi.json";
 pub const API_VERSION: &str = "2022-11-28";
