@@ -17,6 +17,15 @@ What counts as an upstream symbol:
   capitalised name), such as ``mgr.prepare_store``;
 * ``keyword``: a keyword argument passed to an upstream callable or method.
 
+Probes that reach the submission through the probe library (``runners/python/infradev_probe``)
+are read the same way: ``m = subject.module("pkg.mod")`` (with ``subject`` from
+``from infradev_probe import subject``, or ``infradev_probe.subject``) counts as ``import pkg.mod
+as m``, so ``m.Name`` is a ``name``, ``m.Class(...).method`` an ``attribute``, and so on. The
+library's own calls pass the symbols through: ``subject.call(f, x=1)``, ``subject.keep(f, x=1)``
+and ``batch.call(f, x=1)`` give ``f`` the keyword ``x``; ``subject.getattr(obj, "name")``,
+``subject.hasattr``, ``batch.getattr`` / ``batch.setattr`` and ``batch.call_method(obj, "name",
+...)`` name the attribute ``name`` of ``obj``.
+
 Names the probe defines itself shadow upstream ones from that point of the file on; the
 analysis is deliberately simple (one pass per scope, no data flow across functions beyond
 module-level imports), and errs on the side of listing a name.
@@ -28,6 +37,13 @@ import argparse
 import ast
 import json
 import sys
+
+# The probe library and its entry point.
+PROBE_LIBRARY = "infradev_probe"
+# Library calls whose first argument is an upstream callable (its keywords are the callable's).
+FORWARDING_CALLS = {"call", "keep"}
+# Library calls whose second argument names an attribute of the first.
+ATTRIBUTE_CALLS = {"getattr", "hasattr", "setattr", "call_method"}
 
 
 class Collector(ast.NodeVisitor):
@@ -65,7 +81,8 @@ class Collector(ast.NodeVisitor):
             self.scopes[-1][name] = kind
 
     def kind_of(self, node: ast.AST) -> str | None:
-        """``module``, ``object`` (an upstream name), ``instance``, or None."""
+        """``module``, ``object`` (an upstream name), ``instance``, ``member``, the library's
+        ``library`` / ``subject`` / ``batch``, or None."""
         if isinstance(node, ast.Name):
             k = self.lookup(node.id)
             return None if k == "local" else k
@@ -73,6 +90,8 @@ class Collector(ast.NodeVisitor):
             return self.value_kind(node)
         if isinstance(node, ast.Attribute):
             base = self.kind_of(node.value)
+            if base == "library":
+                return "subject" if node.attr == "subject" else None
             if base == "module":
                 return "object"
             if base in ("object", "instance"):
@@ -82,12 +101,19 @@ class Collector(ast.NodeVisitor):
     # -- imports -----------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
+            if alias.name == PROBE_LIBRARY:
+                self.bind(alias.asname or alias.name, "library")
+                continue
             if self.upstream(alias.name):
                 self.emit(node, alias.name, "module")
                 local = alias.asname or alias.name.split(".")[0]
                 self.bind(local, "module")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if not node.level and node.module == PROBE_LIBRARY:
+            for alias in node.names:
+                self.bind(alias.asname or alias.name, "subject" if alias.name == "subject" else None)
+            return
         if node.level or not self.upstream(node.module):
             for alias in node.names:
                 self.bind(alias.asname or alias.name, None)
@@ -109,7 +135,46 @@ class Collector(ast.NodeVisitor):
             self.emit(node, node.attr, "attribute")
         self.generic_visit(node)
 
+    def library_call(self, node: ast.Call) -> str | None:
+        """The method name of a call on ``subject`` or on a batch (``subject.module``...)."""
+        func = node.func
+        if isinstance(func, ast.Attribute) and self.kind_of(func.value) in ("subject", "batch"):
+            return func.attr
+        return None
+
+    def remote_module(self, node: ast.Call) -> str | None:
+        """``pkg.mod`` for ``subject.module("pkg.mod")`` naming an upstream module."""
+        if self.library_call(node) != "module" or not node.args:
+            return None
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and self.upstream(arg.value):
+            return arg.value
+        return None
+
+    def visit_library_call(self, node: ast.Call, method: str) -> None:
+        module = self.remote_module(node)
+        if module is not None:
+            self.emit(node, module, "module")
+        target = self.kind_of(node.args[0]) if node.args else None
+        if method in FORWARDING_CALLS and target is not None:
+            for kw in node.keywords:
+                if kw.arg is not None:
+                    self.emit(kw, kw.arg, "keyword")
+        if method in ATTRIBUTE_CALLS and target is not None and len(node.args) > 1:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                self.emit(name, name.value, "attribute")
+                if method == "call_method":
+                    for kw in node.keywords:
+                        if kw.arg is not None:
+                            self.emit(kw, kw.arg, "keyword")
+
     def visit_Call(self, node: ast.Call) -> None:
+        method = self.library_call(node)
+        if method is not None:
+            self.visit_library_call(node, method)
+            self.generic_visit(node)
+            return
         callee = self.kind_of(node.func)
         if callee is not None:
             for kw in node.keywords:
@@ -139,6 +204,19 @@ class Collector(ast.NodeVisitor):
     def value_kind(self, value: ast.AST) -> str | None:
         """An upstream class called here makes an instance; other values are untracked."""
         if isinstance(value, ast.Call):
+            method = self.library_call(value)
+            if method == "module":
+                return "module" if self.remote_module(value) else None
+            if method == "batch":
+                return "batch"
+            if method in FORWARDING_CALLS and value.args:
+                first = value.args[0]
+                name = first.attr if isinstance(first, ast.Attribute) else getattr(first, "id", "")
+                if self.kind_of(first) in ("object", "member") and name[:1].isupper():
+                    return "instance"
+                return None
+            if method is not None:
+                return None
             callee = value.func
             name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
             if self.kind_of(callee) in ("object", "member") and name[:1].isupper():
