@@ -300,6 +300,7 @@ pub fn exit_code(verdict: Verdict) -> u8 {
     match verdict {
         Verdict::Resolved => exit::RESOLVED,
         Verdict::Unresolved => exit::UNRESOLVED,
+        Verdict::Tampered => exit::TAMPERED,
         Verdict::Error => exit::INFRA,
     }
 }

@@ -8,3 +8,5 @@ pub const UNRESOLVED: u8 = 1;
 pub const USAGE_OR_TASK: u8 = 2;
 /// Our infrastructure failed (Docker, image, runner): the submission is not to blame.
 pub const INFRA: u8 = 3;
+/// The submission was graded and caught rewriting its results (a canary contradicted).
+pub const TAMPERED: u8 = 4;

@@ -6,6 +6,7 @@ pub mod action;
 pub mod app;
 pub mod app_manifest;
 pub mod backend;
+pub mod canary;
 pub mod cli;
 pub mod config;
 pub mod demo;

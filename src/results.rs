@@ -8,14 +8,20 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use crate::grading::{BudgetBreach, Category, Kill, Outcome, Phase, PhaseEvidence, TestEvidence};
+use crate::grading::{
+    BudgetBreach, BudgetKind, Category, Kill, Outcome, Phase, PhaseEvidence, TestEvidence,
+};
 
 /// The exception type recorded when the results contradict the exit status.
 pub const INCONSISTENT: &str = "infradev.InconsistentResults";
 
+/// One event of a phase's results (docs/grading.md), from the official phase's plugin or the
+/// probe phase's judge.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-enum Event {
+pub enum Event {
+    /// Sent before any submission code can run: the infra boundary.
+    Ready {},
     SessionStart {},
     CollectError {
         path: String,
@@ -30,6 +36,8 @@ enum Event {
         outcome: String,
         exc_type: Option<String>,
         message: Option<String>,
+        /// Only the official phase's plugin reports budgets; the broker measures the probes'.
+        #[serde(default)]
         budget: Option<BudgetBreach>,
     },
     Finish {
@@ -52,6 +60,8 @@ struct Reported {
     exception: Option<String>,
     message: Option<String>,
     budget: Option<BudgetBreach>,
+    /// A kill the broker saw while this test ran.
+    kill: Option<Kill>,
 }
 
 /// What one phase's events say, indexed for lookup.
@@ -65,51 +75,215 @@ pub struct PhaseResults {
     pub exitstatus: Option<i64>,
     /// Lines that were not valid events (a torn last line after a kill is normal).
     pub malformed_lines: usize,
+    /// The infra boundary: our side was up before submission code could run.
+    ready: bool,
+    events: usize,
+}
+
+/// Events kept per phase; a sandbox cannot make the host hold more.
+const MAX_EVENTS: usize = 200_000;
+/// Characters kept of a node id or path.
+const MAX_ID: usize = 512;
+/// Characters kept of a message (used to classify, never rendered).
+const MAX_MESSAGE: usize = 2000;
+
+/// Exception names a report may carry: anything else a sandbox names is `Exception`.
+pub const ALLOWED_EXCEPTIONS: &[&str] = &[
+    "AssertionError",
+    "TypeError",
+    "ValueError",
+    "KeyError",
+    "IndexError",
+    "LookupError",
+    "AttributeError",
+    "NotImplementedError",
+    "RuntimeError",
+    "ImportError",
+    "ModuleNotFoundError",
+    "SyntaxError",
+    "IndentationError",
+    "TabError",
+    "NameError",
+    "ZeroDivisionError",
+    "ArithmeticError",
+    "OverflowError",
+    "RecursionError",
+    "MemoryError",
+    "OSError",
+    "FileNotFoundError",
+    "PermissionError",
+    "TimeoutError",
+    "StopIteration",
+    "UnicodeError",
+    "Exception",
+    "Failed",
+    "torch.OutOfMemoryError",
+    "torch.cuda.OutOfMemoryError",
+    "numpy.linalg.LinAlgError",
+    "infradev_pytest.TestTimeout",
+    "infradev_pytest.TimeBudgetExceeded",
+    "infradev_pytest.MemoryBudgetExceeded",
+    "infradev_pytest.TrafficBudgetExceeded",
+    "infradev.SubjectError",
+    "infradev.SubjectCrashed",
+    "infradev.SubjectTimeout",
+    "infradev.SubjectOutOfMemory",
+    "infradev.StaleHandle",
+    "infradev.ProtocolError",
+    "infradev.TestTimeout",
+    "infradev.Skipped",
+    "infradev.FixtureError",
+    "infradev.MissingInterface",
+    "infradev.TimeBudgetExceeded",
+    "infradev.MemoryBudgetExceeded",
+    "infradev.TrafficBudgetExceeded",
+    INCONSISTENT,
+];
+
+/// The allow-listed name for an exception a sandbox reported.
+pub fn allowed_exception(name: &str) -> &'static str {
+    let bare = name.strip_prefix("builtins.").unwrap_or(name);
+    ALLOWED_EXCEPTIONS
+        .iter()
+        .find(|a| **a == bare)
+        .copied()
+        .unwrap_or("Exception")
+}
+
+fn budget_exception(kind: BudgetKind) -> &'static str {
+    match kind {
+        BudgetKind::Memory => "infradev.MemoryBudgetExceeded",
+        BudgetKind::Time => "infradev.TimeBudgetExceeded",
+        BudgetKind::Traffic => "infradev.TrafficBudgetExceeded",
+    }
+}
+
+fn cap(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 impl PhaseResults {
+    /// Results from a whole `events.jsonl`-style text (one event a line).
     pub fn parse(bytes: &[u8]) -> PhaseResults {
         let mut r = PhaseResults::default();
         for line in bytes
             .split(|b| *b == b'\n')
             .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
         {
-            match serde_json::from_slice::<Event>(line) {
-                Ok(Event::SessionStart {}) => r.started_session = true,
-                Ok(Event::CollectError {
-                    path,
-                    exc_type,
-                    message,
-                }) => r.collect_errors.push(CollectError {
-                    path,
-                    exception: exc_type,
-                    message,
-                }),
-                Ok(Event::Start { nodeid }) => r.started.push(nodeid),
-                Ok(Event::Result {
-                    nodeid,
-                    outcome,
-                    exc_type,
-                    message,
-                    budget,
-                }) => {
-                    let outcome = match outcome.as_str() {
-                        "passed" => Outcome::Passed,
-                        "skipped" => Outcome::Skipped,
-                        _ => Outcome::Failed,
-                    };
-                    r.results.entry(nodeid).or_insert(Reported {
-                        outcome,
-                        exception: exc_type,
-                        message,
-                        budget,
-                    });
-                }
-                Ok(Event::Finish { exitstatus }) => r.exitstatus = Some(exitstatus),
-                Err(_) => r.malformed_lines += 1,
-            }
+            r.apply_json(line);
         }
         r
+    }
+
+    /// Records one event given as JSON; anything else counts as malformed.
+    pub fn apply_json(&mut self, bytes: &[u8]) {
+        match serde_json::from_slice::<Event>(bytes) {
+            Ok(event) => self.apply(event),
+            Err(_) => self.malformed_lines += 1,
+        }
+    }
+
+    /// Records one event. Names and messages are capped; exception names outside the
+    /// allow-list become `Exception` (they are free text the sandbox chose).
+    pub fn apply(&mut self, event: Event) {
+        if self.events >= MAX_EVENTS {
+            self.malformed_lines += 1;
+            return;
+        }
+        self.events += 1;
+        match event {
+            Event::Ready {} => self.ready = true,
+            Event::SessionStart {} => self.started_session = true,
+            Event::CollectError {
+                path,
+                exc_type,
+                message,
+            } => self.collect_errors.push(CollectError {
+                path: cap(path, MAX_ID),
+                exception: exc_type.map(|e| allowed_exception(&e).to_owned()),
+                message: message.map(|m| cap(m, MAX_MESSAGE)),
+            }),
+            Event::Start { nodeid } => self.started.push(cap(nodeid, MAX_ID)),
+            Event::Result {
+                nodeid,
+                outcome,
+                exc_type,
+                message,
+                budget,
+            } => {
+                let outcome = match outcome.as_str() {
+                    "passed" => Outcome::Passed,
+                    "skipped" => Outcome::Skipped,
+                    _ => Outcome::Failed,
+                };
+                self.results.entry(cap(nodeid, MAX_ID)).or_insert(Reported {
+                    outcome,
+                    exception: exc_type.map(|e| allowed_exception(&e).to_owned()),
+                    message: message.map(|m| cap(m, MAX_MESSAGE)),
+                    budget: budget.filter(|b| b.measured.is_finite() && b.limit.is_finite()),
+                    kill: None,
+                });
+            }
+            Event::Finish { exitstatus } => self.exitstatus = Some(exitstatus),
+        }
+    }
+
+    /// The infra boundary was crossed: our side came up before any submission code ran.
+    pub fn mark_ready(&mut self) {
+        self.ready = true;
+    }
+
+    pub fn ready(&self) -> bool {
+        self.ready
+    }
+
+    /// The broker's own findings for a test outrank what the judge reported: a kill while
+    /// it ran, or a budget it measured as exceeded, make it failed.
+    pub fn override_result(
+        &mut self,
+        nodeid: &str,
+        kill: Option<Kill>,
+        breach: Option<BudgetBreach>,
+    ) {
+        if kill.is_none() && breach.is_none() {
+            return;
+        }
+        let r = self.results.entry(nodeid.to_owned()).or_insert(Reported {
+            outcome: Outcome::Failed,
+            exception: None,
+            message: None,
+            budget: None,
+            kill: None,
+        });
+        r.outcome = Outcome::Failed;
+        if let Some(b) = breach {
+            r.exception = Some(budget_exception(b.kind).to_owned());
+            r.budget = Some(b);
+        }
+        if kill.is_some() {
+            r.kill = kill;
+        }
+    }
+
+    /// The reported outcome of a test (for the canaries).
+    pub fn outcome_of(&self, nodeid: &str) -> Option<Outcome> {
+        self.results.get(nodeid).map(|r| r.outcome)
+    }
+
+    /// Node ids with a result that end with `suffix` (the canaries' node ids depend on where
+    /// pytest puts its root).
+    pub fn find_result(&self, suffix: &str) -> Option<Outcome> {
+        self.results
+            .iter()
+            .find(|(id, _)| id.ends_with(suffix))
+            .map(|(_, r)| r.outcome)
     }
 
     /// How many tests have a result so far (for live progress).
@@ -158,19 +332,27 @@ pub fn evidence(
     end: &SandboxEnd,
 ) -> (PhaseEvidence, Vec<TestEvidence>) {
     let mut infra_error = end.infra_error.clone();
-    // No session and no collection error: pytest never ran, which is ours to answer for. (A
-    // failing top-level conftest.py stops pytest before the session, but says so.)
-    let pytest_ran = results.started_session || !results.collect_errors.is_empty();
+    let mut end_kill = end.kill;
+    // The infra boundary: before our side said it was up, nothing of the submission had run,
+    // so a phase that ends there is ours. After it, a phase that ends without reporting is
+    // the submission's doing (it crashed, exited, or broke the reporting), never ours.
+    let pytest_ran = results.ready || results.started_session || !results.collect_errors.is_empty();
     if infra_error.is_none() && end.kill.is_none() && !pytest_ran {
         infra_error = Some(match end.exit_code {
             Some(code) => format!(
-                "the sandbox exited with {code} before pytest started (no results were written)"
+                "the sandbox exited with {code} before the grader's side came up (no results were written)"
             ),
             None => "the sandbox produced no results".to_owned(),
         });
     }
-    if infra_error.is_none() && end.exit_code == Some(4) && results.collect_errors.is_empty() {
-        infra_error = Some("pytest rejected the grader's arguments (exit 4)".to_owned());
+    if infra_error.is_none()
+        && end_kill.is_none()
+        && results.ready
+        && results.results.is_empty()
+        && results.collect_errors.is_empty()
+        && end.exit_code != Some(5)
+    {
+        end_kill = Some(Kill::Crashed);
     }
     let inconsistent = inconsistency(results, end, expected);
     let tests = expected
@@ -178,11 +360,12 @@ pub fn evidence(
         .map(|e| {
             let mut t = e.not_run(phase);
             if let Some(r) = reported_for(results, &e.id) {
-                (t.outcome, t.exception, t.message, t.budget) = (
+                (t.outcome, t.exception, t.message, t.budget, t.kill) = (
                     r.outcome,
                     r.exception.clone(),
                     r.message.clone(),
                     r.budget.clone(),
+                    r.kill,
                 );
             } else if let Some(c) = collect_error_for(results, &e.id) {
                 (t.outcome, t.exception, t.message, t.during_collection) = (
@@ -198,9 +381,9 @@ pub fn evidence(
             {
                 // In flight when the sandbox died: the kill is this test's doing.
                 t.outcome = Outcome::Failed;
-                t.kill = Some(end.kill.unwrap_or(Kill::Crashed));
+                t.kill = Some(end_kill.unwrap_or(Kill::Crashed));
             } else {
-                t.kill = end.kill;
+                t.kill = end_kill;
             }
             if let (Some(why), Outcome::Passed) = (&inconsistent, t.outcome) {
                 t.outcome = Outcome::Failed;
@@ -213,9 +396,10 @@ pub fn evidence(
     let phase_evidence = PhaseEvidence {
         phase,
         exit_code: end.exit_code,
-        kill: end.kill,
+        kill: end_kill,
         infra_error,
         inconsistent,
+        tampered: None,
     };
     (phase_evidence, tests)
 }
@@ -281,12 +465,14 @@ fn inconsistency(
             "pytest reported exit status {status} but the sandbox exited with {code}"
         ));
     }
-    let all_passed = expected.iter().all(|e| {
-        results
-            .results
-            .get(&e.id)
-            .is_some_and(|r| r.outcome == Outcome::Passed)
-    }) && results.collect_errors.is_empty();
+    // Over everything reported, not just the expected tests: the planted canary and tests
+    // nobody expects run too, and pytest's exit status covers them all.
+    let _ = expected;
+    let all_passed = results
+        .results
+        .values()
+        .all(|r| r.outcome != Outcome::Failed)
+        && results.collect_errors.is_empty();
     if all_passed && code != 0 {
         return Some(format!(
             "every test reported passing but pytest exited with {code}"
@@ -453,7 +639,12 @@ mod tests {
             &PhaseResults::parse(b""),
             &end,
         );
-        assert!(phase.infra_error.unwrap().contains("before pytest started"));
+        assert!(
+            phase
+                .infra_error
+                .unwrap()
+                .contains("before the grader's side came up")
+        );
         assert_eq!(tests[0].outcome, Outcome::NotRun);
     }
 

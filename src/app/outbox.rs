@@ -401,7 +401,7 @@ fn completed_output(job: &Job) -> anyhow::Result<(Conclusion, CheckOutput, Optio
             serde_json::from_str(json).context("the stored report is unreadable")?;
         let conclusion = match report.grade.verdict {
             Verdict::Resolved => Conclusion::Success,
-            Verdict::Unresolved => Conclusion::Failure,
+            Verdict::Unresolved | Verdict::Tampered => Conclusion::Failure,
             Verdict::Error => Conclusion::Neutral,
         };
         return Ok((

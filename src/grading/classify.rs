@@ -126,6 +126,7 @@ mod tests {
             kill: None,
             infra_error: None,
             inconsistent: None,
+            tampered: None,
         }
     }
 

@@ -169,4 +169,7 @@ pub struct PhaseEvidence {
     /// The structured results disagree with the exit status (for example every test passed
     /// but pytest exited non-zero): something in the sandbox tampered with the reporting.
     pub inconsistent: Option<String>,
+    /// A canary planted in the phase came back contradicted (why, in our words).
+    #[serde(default)]
+    pub tampered: Option<String>,
 }

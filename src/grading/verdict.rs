@@ -5,14 +5,16 @@
 //!
 //! 1. **Apply error** → `Unresolved`, every expected test `NotRun` and `Build`: nothing ran,
 //!    and it is the submission's fault.
-//! 2. **Any infra fault** (a phase with an infra error, or a test whose phase has no evidence
+//! 2. **Tampering** (a canary of the official phase contradicted) → `Tampered`: the results
+//!    were rewritten inside the sandbox, which only the submission's code can do there.
+//! 3. **Any infra fault** (a phase with an infra error, or a test whose phase has no evidence
 //!    at all) → `Error`. We cannot tell what the submission would have done, so we neither
 //!    pass nor fail it; this holds even if other tests failed for the agent's reasons.
-//! 3. **No expected tests** → `Error`: a task that checks nothing cannot resolve anything.
-//! 4. **Inconsistent phase** (results disagree with the exit status) → `Unresolved`: only the
+//! 4. **No expected tests** → `Error`: a task that checks nothing cannot resolve anything.
+//! 5. **Inconsistent phase** (results disagree with the exit status) → `Unresolved`: only the
 //!    submission's code runs in the sandbox besides our plugin, so tampering is its fault, and
 //!    results we cannot trust must never make a submission `Resolved`.
-//! 5. Otherwise `Resolved` iff every test passed (`Skipped` and `NotRun` are not passes).
+//! 6. Otherwise `Resolved` iff every test passed (`Skipped` and `NotRun` are not passes).
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,9 @@ use super::{Category, Outcome, PhaseEvidence, TestEvidence, classify};
 pub enum Verdict {
     Resolved,
     Unresolved,
+    /// A canary planted in the official phase came back contradicted: something in the
+    /// sandbox rewrote the results. Never resolved; shown to the maintainer with the reason.
+    Tampered,
     Error,
 }
 
@@ -33,6 +38,7 @@ impl Verdict {
         match self {
             Verdict::Resolved => "resolved",
             Verdict::Unresolved => "unresolved",
+            Verdict::Tampered => "tampered",
             Verdict::Error => "error",
         }
     }
@@ -190,7 +196,7 @@ fn verdict(
     tests: &[GradedTest],
     counts: &GradeCounts,
 ) -> (Verdict, String) {
-    use Verdict::{Error, Resolved, Unresolved};
+    use Verdict::{Error, Resolved, Tampered, Unresolved};
     let phase_text = |field: fn(&PhaseEvidence) -> &Option<String>| {
         let mut texts = phases
             .iter()
@@ -201,6 +207,12 @@ fn verdict(
         return (
             Unresolved,
             format!("the change does not apply: {}", first_line(error)),
+        );
+    }
+    if let Some((phase, why)) = phase_text(|p| &p.tampered) {
+        return (
+            Tampered,
+            format!("the {phase} phase's results were tampered with: {why}"),
         );
     }
     if let Some((phase, error)) = phase_text(|p| &p.infra_error) {
@@ -298,6 +310,7 @@ mod tests {
             kill: None,
             infra_error: None,
             inconsistent: None,
+            tampered: None,
         }
     }
 

@@ -34,6 +34,7 @@ fn phase(phase: Phase, exit_code: i64) -> PhaseEvidence {
         kill: None,
         infra_error: None,
         inconsistent: None,
+        tampered: None,
     }
 }
 

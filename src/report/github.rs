@@ -107,7 +107,7 @@ pub fn regrade_action() -> CheckAction {
 pub fn conclusion_for(verdict: Verdict) -> &'static str {
     match verdict {
         Verdict::Resolved => "success",
-        Verdict::Unresolved => "failure",
+        Verdict::Unresolved | Verdict::Tampered => "failure",
         Verdict::Error => "neutral",
     }
 }
@@ -369,6 +369,7 @@ fn verdict_word(verdict: Verdict) -> &'static str {
     match verdict {
         Verdict::Resolved => "Resolved",
         Verdict::Unresolved => "Unresolved",
+        Verdict::Tampered => "Tampered",
         Verdict::Error => "Error",
     }
 }
@@ -414,6 +415,16 @@ fn headline(report: &Report) -> String {
                 let phase = phase.map_or("grading", |p| p.as_str());
                 format!("infrastructure error in the {phase} phase; our fault, not the PR's")
             }
+        }
+        Verdict::Tampered => {
+            let phase = report
+                .phases
+                .iter()
+                .find(|p| p.evidence.tampered.is_some())
+                .map_or("tests", |p| p.evidence.phase.as_str());
+            format!(
+                "a canary test planted in the {phase} phase came back contradicted: the results were rewritten inside the sandbox"
+            )
         }
         Verdict::Unresolved => {
             if report.apply_error.is_some() {

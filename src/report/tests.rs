@@ -331,7 +331,8 @@ fn json_build_failure() {
             "exit_code": 2,
             "kill": null,
             "infra_error": null,
-            "inconsistent": null
+            "inconsistent": null,
+            "tampered": null
           },
           "duration_s": 4.25
         },
@@ -341,7 +342,8 @@ fn json_build_failure() {
             "exit_code": 2,
             "kill": null,
             "infra_error": null,
-            "inconsistent": null
+            "inconsistent": null,
+            "tampered": null
           },
           "duration_s": 4.25
         }

@@ -4,14 +4,21 @@
 //! It cannot give every guarantee a container gives; `limitations` says which, in plain
 //! words, and every report carries that list.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 use tokio::io::AsyncReadExt;
 
-use super::{CappedOutput, Layout, PhaseSpec, pytest_argv, sandbox_env};
+use super::broker::{Broker, Meter, SubjectEnd, SubjectHost, socket_dirs};
+use super::command::EVENTS_SOCKET;
+use super::{
+    CappedOutput, Layout, PhaseSpec, Role, broker_config, collect, judge_argv, official_argv,
+    sandbox_env, subject_argv,
+};
 use crate::grading::Kill;
-use crate::results::SandboxEnd;
+use crate::results::{PhaseResults, SandboxEnd};
 use crate::task::Gpus;
 
 /// The unprivileged user the sandbox drops to when the grader runs as root.
@@ -49,27 +56,145 @@ impl LocalExecutor {
         out
     }
 
-    pub(crate) async fn run(&self, spec: &PhaseSpec) -> (SandboxEnd, String) {
-        let layout = Layout {
+    fn layout(&self, spec: &PhaseSpec, socket_dir: &Path) -> Layout {
+        Layout {
             repo: spec.repo.display().to_string(),
             probes: spec.probes.as_ref().map(|p| p.display().to_string()),
             lib: spec.lib.display().to_string(),
+            subject_lib: spec.lib.join("subject").display().to_string(),
             spec: spec.spec_file.display().to_string(),
-            out: spec.out.display().to_string(),
+            socket_dir: socket_dir.display().to_string(),
             scratch: spec.scratch.display().to_string(),
+        }
+    }
+
+    /// The official phase: pytest in a confined process group, results over the socket.
+    pub(crate) async fn run_official(
+        &self,
+        spec: &PhaseSpec,
+        progress: Arc<AtomicUsize>,
+    ) -> (SandboxEnd, String, PhaseResults) {
+        let dir = spec.dir.join("events-socket");
+        if let Err(e) = make_dir(&dir) {
+            return (
+                infra(format!("cannot create {}: {e}", dir.display())),
+                String::new(),
+                PhaseResults::default(),
+            );
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let collector = match collect::collect(
+            &dir.join(EVENTS_SOCKET),
+            async {
+                let _ = rx.await;
+            },
+            progress,
+        )
+        .await
+        {
+            Ok(c) => tokio::spawn(c.run()),
+            Err(e) => {
+                return (
+                    infra(format!("cannot listen for results: {e}")),
+                    String::new(),
+                    PhaseResults::default(),
+                );
+            }
         };
-        let argv = pytest_argv(
-            &self.python.display().to_string(),
-            &layout,
-            spec.phase,
-            &spec.plugins,
-            &spec.targets,
+        let layout = self.layout(spec, &dir);
+        let python = self.python.display().to_string();
+        let argv = official_argv(&python, &layout, &spec.plugins, &spec.targets);
+        let env = sandbox_env(&layout, Role::Official, spec.test_timeout_s, &spec.env);
+        let (end, output) = match self.spawn(spec, &argv, env, &spec.repo) {
+            Ok(child) => wait_capped(child, spec.limits.wall, spec.limits.output_bytes).await,
+            Err(e) => (infra(e), String::new()),
+        };
+        let _ = tx.send(());
+        let results = collector.await.unwrap_or_default();
+        (end, output, results)
+    }
+
+    /// The probe phase: a judge process and subject processes, with the broker between.
+    pub(crate) async fn run_probes(
+        &self,
+        spec: &PhaseSpec,
+        progress: Arc<AtomicUsize>,
+    ) -> (SandboxEnd, String, PhaseResults) {
+        let (judge_dir, subject_dir) = match socket_dirs(&spec.dir) {
+            Ok(d) => d,
+            Err(e) => {
+                return (
+                    infra(format!("cannot create the socket directories: {e}")),
+                    String::new(),
+                    PhaseResults::default(),
+                );
+            }
+        };
+        let broker = match Broker::bind(&judge_dir, &subject_dir) {
+            Ok(b) => b,
+            Err(e) => {
+                return (
+                    infra(format!("cannot listen on the broker's sockets: {e}")),
+                    String::new(),
+                    PhaseResults::default(),
+                );
+            }
+        };
+        let python = self.python.display().to_string();
+        let judge_layout = self.layout(spec, &judge_dir);
+        let subject_layout = self.layout(spec, &subject_dir);
+        let mut subjects = LocalSubjects {
+            executor: self,
+            spec,
+            argv: subject_argv(&python, &subject_layout),
+            env: sandbox_env(
+                &subject_layout,
+                Role::Subject,
+                spec.test_timeout_s,
+                &spec.env,
+            ),
+            current: None,
+        };
+        let judge_argv = judge_argv(&python, &judge_layout, &spec.plugins, &spec.targets);
+        let judge_env = sandbox_env(&judge_layout, Role::Judge, spec.test_timeout_s, &spec.env);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let judge_run = async {
+            let scratch = spec.scratch.clone();
+            let r = match self.spawn(spec, &judge_argv, judge_env, &scratch) {
+                Ok(child) => wait_capped(child, spec.limits.wall, spec.limits.output_bytes).await,
+                Err(e) => (infra(e), String::new()),
+            };
+            let _ = tx.send(());
+            r
+        };
+        let cfg = broker_config(spec, progress);
+        let ((mut end, output), brokered) = tokio::join!(
+            judge_run,
+            broker.serve(&mut subjects, &cfg, async {
+                let _ = rx.await;
+            })
         );
+        subjects.stop().await;
+        if end.infra_error.is_none() {
+            end.infra_error = brokered.infra_error;
+        }
+        (end, output, brokered.results)
+    }
+
+    /// Starts one confined process (its own process group, rlimits, and as root a private
+    /// network namespace and the `nobody` user).
+    fn spawn(
+        &self,
+        spec: &PhaseSpec,
+        argv: &[String],
+        env: Vec<(String, String)>,
+        cwd: &Path,
+    ) -> Result<tokio::process::Child, String> {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env_clear()
-            .envs(sandbox_env(&layout, &spec.env))
-            .current_dir(&spec.repo)
+            .envs(env)
+            .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -92,66 +217,108 @@ impl LocalExecutor {
         unsafe {
             cmd.pre_exec(move || confine(&limits, privileged));
         }
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                return (
-                    infra(format!("cannot start {}: {e}", argv[0])),
-                    String::new(),
-                );
-            }
-        };
-        let pgid = child.id().map(|p| p as libc::pid_t);
-        let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
-        let cap = spec.limits.output_bytes;
-        let read_both = async {
-            let (a, b) = tokio::join!(
-                read_capped(stdout.as_mut(), cap),
-                read_capped(stderr.as_mut(), cap)
-            );
-            format!("{a}{b}")
-        };
-        let waited = tokio::time::timeout(spec.limits.wall, async {
-            tokio::join!(child.wait(), read_both)
-        })
-        .await;
-        let kill_group = || {
-            if let Some(pgid) = pgid {
-                // SAFETY: killpg with a process group we created; errors (already gone) are fine.
-                unsafe { libc::killpg(pgid, libc::SIGKILL) };
-            }
-        };
-        kill_group();
-        match waited {
-            Err(_) => {
-                let _ = child.wait().await;
-                (
-                    SandboxEnd {
-                        exit_code: None,
-                        kill: Some(Kill::TimedOut),
-                        infra_error: None,
-                    },
-                    String::new(),
-                )
-            }
-            Ok((Err(e), output)) => (infra(format!("lost the sandbox process: {e}")), output),
-            Ok((Ok(status), output)) => {
-                use std::os::unix::process::ExitStatusExt;
-                let end = match (status.code(), status.signal()) {
-                    (Some(code), _) => SandboxEnd {
-                        exit_code: Some(i64::from(code)),
-                        kill: None,
-                        infra_error: None,
-                    },
-                    (None, _) => SandboxEnd {
-                        exit_code: None,
-                        kill: Some(Kill::Crashed),
-                        infra_error: None,
-                    },
-                };
-                (end, output)
-            }
+        cmd.spawn()
+            .map_err(|e| format!("cannot start {}: {e}", argv[0]))
+    }
+}
+
+/// Waits for a confined process with a wall clock, keeping the tail of its output; kills
+/// its process group afterwards.
+async fn wait_capped(
+    mut child: tokio::process::Child,
+    wall: std::time::Duration,
+    cap: usize,
+) -> (SandboxEnd, String) {
+    let pgid = child.id().map(|p| p as libc::pid_t);
+    let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
+    let read_both = async {
+        let (a, b) = tokio::join!(
+            read_capped(stdout.as_mut(), cap),
+            read_capped(stderr.as_mut(), cap)
+        );
+        format!("{a}{b}")
+    };
+    let waited = tokio::time::timeout(wall, async { tokio::join!(child.wait(), read_both) }).await;
+    kill_group(pgid);
+    match waited {
+        Err(_) => {
+            let _ = child.wait().await;
+            (
+                SandboxEnd {
+                    exit_code: None,
+                    kill: Some(Kill::TimedOut),
+                    infra_error: None,
+                },
+                String::new(),
+            )
         }
+        Ok((Err(e), output)) => (infra(format!("lost the sandbox process: {e}")), output),
+        Ok((Ok(status), output)) => {
+            let end = match status.code() {
+                Some(code) => SandboxEnd {
+                    exit_code: Some(i64::from(code)),
+                    kill: None,
+                    infra_error: None,
+                },
+                None => SandboxEnd {
+                    exit_code: None,
+                    kill: Some(Kill::Crashed),
+                    infra_error: None,
+                },
+            };
+            (end, output)
+        }
+    }
+}
+
+fn kill_group(pgid: Option<libc::pid_t>) {
+    if let Some(pgid) = pgid {
+        // SAFETY: killpg with a process group we created; errors (already gone) are fine.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+}
+
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+}
+
+/// The subject processes of one probe phase.
+struct LocalSubjects<'a> {
+    executor: &'a LocalExecutor,
+    spec: &'a PhaseSpec,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    current: Option<tokio::process::Child>,
+}
+
+impl SubjectHost for LocalSubjects<'_> {
+    async fn start(&mut self, _generation: u32) -> Result<(), String> {
+        let mut child =
+            self.executor
+                .spawn(self.spec, &self.argv, self.env.clone(), &self.spec.repo)?;
+        // The subject's output is never read: drop the pipes so it cannot block on them.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        self.current = Some(child);
+        Ok(())
+    }
+
+    async fn meter(&mut self) -> Meter {
+        match self.current.as_ref().and_then(|c| c.id()) {
+            Some(pid) => Meter::for_process(pid),
+            None => Meter::default(),
+        }
+    }
+
+    async fn stop(&mut self) -> SubjectEnd {
+        if let Some(mut child) = self.current.take() {
+            kill_group(child.id().map(|p| p as libc::pid_t));
+            let _ = child.wait().await;
+        }
+        // RLIMIT_AS makes allocations fail (MemoryError) instead of an OOM kill.
+        SubjectEnd::default()
     }
 }
 

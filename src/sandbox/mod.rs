@@ -1,19 +1,23 @@
 //! Running one grading phase in a sandbox: the spec both executors share, and the executors.
 
+pub mod broker;
+mod collect;
 mod command;
 pub mod docker;
 pub mod local;
 mod output;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-pub use command::{Layout, pytest_argv, sandbox_env};
+pub use command::{Layout, Role, judge_argv, official_argv, sandbox_env, subject_argv};
 pub use output::CappedOutput;
 
 use crate::grading::Phase;
-use crate::results::SandboxEnd;
-use crate::task::Gpus;
+use crate::results::{PhaseResults, SandboxEnd};
+use crate::task::{Budget, Gpus};
 
 /// Limits applied to one phase.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,14 +42,15 @@ pub struct PhaseSpec {
     pub repo: PathBuf,
     /// Only for the probe phase.
     pub probes: Option<PathBuf>,
-    /// runners/python: our pytest plugin and config.
+    /// runners/python: our plugins, the entry script and the subject's server.
     pub lib: PathBuf,
+    /// The official phase's spec (the per-test timeout; nothing about which tests count).
     pub spec_file: PathBuf,
-    /// Where the plugin writes events.jsonl; private to this phase.
-    pub out: PathBuf,
+    /// This phase's private work dir on the host (socket directories live here).
+    pub dir: PathBuf,
     /// Host scratch dir, used as /tmp by the local executor.
     pub scratch: PathBuf,
-    /// pytest node ids to run.
+    /// Test files to run (relative to the repository, or to the probe directory).
     pub targets: Vec<String>,
     pub limits: Limits,
     pub gpus: Gpus,
@@ -53,12 +58,16 @@ pub struct PhaseSpec {
     pub plugins: Vec<String>,
     /// The task's own environment variables.
     pub env: Vec<(String, String)>,
+    pub test_timeout_s: u64,
+    /// The probes' budgets by node id, enforced by the broker.
+    pub budgets: Vec<(String, Budget)>,
 }
 
-/// How a phase's sandbox ended, with its captured output.
-#[derive(Debug, Clone)]
+/// How a phase's sandbox ended, with its captured output and the results the host collected.
+#[derive(Debug)]
 pub struct PhaseRun {
     pub end: SandboxEnd,
+    pub results: PhaseResults,
     /// The tail of stdout and stderr; may contain anything the code printed, so it is
     /// redacted before any output.
     pub output: String,
@@ -88,16 +97,34 @@ impl Executor {
     }
 
     /// Runs one phase. Never fails: a fault of ours is reported in `end.infra_error`.
-    pub async fn run(&self, spec: &PhaseSpec) -> PhaseRun {
+    /// `progress` counts the results received so far.
+    pub async fn run(&self, spec: &PhaseSpec, progress: Arc<AtomicUsize>) -> PhaseRun {
         let started = std::time::Instant::now();
-        let (end, output) = match self {
-            Executor::Docker(d) => d.run(spec).await,
-            Executor::Local(l) => l.run(spec).await,
+        let (end, output, results) = match (self, spec.phase) {
+            (Executor::Docker(d), Phase::Tests) => d.run_official(spec, progress).await,
+            (Executor::Docker(d), Phase::Probes) => d.run_probes(spec, progress).await,
+            (Executor::Local(l), Phase::Tests) => l.run_official(spec, progress).await,
+            (Executor::Local(l), Phase::Probes) => l.run_probes(spec, progress).await,
         };
         PhaseRun {
             end,
+            results,
             output,
             duration: started.elapsed(),
         }
     }
 }
+
+/// What the broker enforces in a probe phase.
+pub(crate) fn broker_config(spec: &PhaseSpec, progress: Arc<AtomicUsize>) -> broker::BrokerConfig {
+    broker::BrokerConfig {
+        budgets: spec.budgets.clone(),
+        call_timeout: Duration::from_secs(spec.test_timeout_s.max(1)),
+        startup_timeout: STARTUP_TIMEOUT,
+        max_reply: 64 << 20,
+        progress: Some(progress),
+    }
+}
+
+/// How long a sandbox may take from its start to its hello.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);

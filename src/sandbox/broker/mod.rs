@@ -1,0 +1,646 @@
+//! The broker of the two-sandbox probe phase (docs/probe-protocol.md).
+//!
+//! The judge (probes, our library, pytest) and the subject (the submission behind a call
+//! server) each reach the grader through their own Unix socket and nothing else. The broker
+//! relays every call, measures the subject from outside (time per call, memory from its
+//! cgroup, bytes on its network namespace), enforces per-call and per-test deadlines,
+//! replaces a subject that died, and is the only writer of the phase's results.
+
+mod frame;
+mod meter;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+
+pub use frame::{FrameError, read_frame, read_raw, write_frame};
+pub use meter::{MemorySource, Meter, Usage};
+
+use crate::grading::{BudgetBreach, BudgetKind, Kill};
+use crate::results::{Event, PhaseResults};
+use crate::task::Budget;
+
+/// Frames from the judge (requests may carry tensors).
+const MAX_JUDGE_FRAME: usize = 64 << 20;
+/// A hello is small.
+const MAX_HELLO: usize = 4096;
+/// The socket file names, each in a directory of its own.
+pub const JUDGE_SOCKET: &str = "judge.sock";
+pub const SUBJECT_SOCKET: &str = "subject.sock";
+
+/// The subject sandboxes of one probe phase, started and stopped by the broker.
+pub trait SubjectHost: Send {
+    /// Starts subject number `generation`, which will connect to the subject socket.
+    fn start(&mut self, generation: u32) -> impl Future<Output = Result<(), String>> + Send;
+    /// A meter for the subject that is running now.
+    fn meter(&mut self) -> impl Future<Output = Meter> + Send;
+    /// Stops the running subject (if any) and says whether the kernel's OOM killer ended it.
+    fn stop(&mut self) -> impl Future<Output = SubjectEnd> + Send;
+}
+
+/// How a subject ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubjectEnd {
+    pub oom_killed: bool,
+}
+
+/// What the broker enforces.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Budgets by probe node id (a key without `[params]` covers every case).
+    pub budgets: Vec<(String, Budget)>,
+    /// The longest one call may take (the task's `test_timeout_s`).
+    pub call_timeout: Duration,
+    /// How long a sandbox may take to say hello.
+    pub startup_timeout: Duration,
+    /// The largest reply the subject may send.
+    pub max_reply: usize,
+    /// Counts the results recorded so far (live progress).
+    pub progress: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
+}
+
+/// What the probe phase produced, as the broker saw it.
+#[derive(Debug, Default)]
+pub struct Brokered {
+    pub results: PhaseResults,
+    /// A fault of ours: a sandbox that never came up, a subject that could not be replaced.
+    pub infra_error: Option<String>,
+    pub calls: u64,
+    /// How many subjects were started (1 + replacements after faults).
+    pub subjects: u32,
+}
+
+/// Both listening sockets of one probe phase.
+pub struct Broker {
+    judge: UnixListener,
+    subject: UnixListener,
+}
+
+impl Broker {
+    /// Binds `judge.sock` in `judge_dir` and `subject.sock` in `subject_dir` (two directories,
+    /// each mounted into one sandbox only), connectable by the sandbox user.
+    pub fn bind(judge_dir: &Path, subject_dir: &Path) -> std::io::Result<Broker> {
+        Ok(Broker {
+            judge: listen(&judge_dir.join(JUDGE_SOCKET))?,
+            subject: listen(&subject_dir.join(SUBJECT_SOCKET))?,
+        })
+    }
+
+    /// Serves the phase until the judge hangs up or `judge_exited` resolves.
+    pub async fn serve<H: SubjectHost>(
+        self,
+        host: &mut H,
+        cfg: &BrokerConfig,
+        judge_exited: impl Future<Output = ()>,
+    ) -> Brokered {
+        let mut session = Session {
+            listener: self.subject,
+            host,
+            cfg,
+            subject: None,
+            generation: 0,
+            out: Brokered::default(),
+            test: None,
+        };
+        tokio::pin!(judge_exited);
+        // The first subject comes up while the judge starts; its hello is the infra boundary.
+        if let Err(e) = session.replace_subject().await {
+            session.out.infra_error = Some(e);
+        }
+        let judge = tokio::select! {
+            j = tokio::time::timeout(cfg.startup_timeout, self.judge.accept()) => j,
+            _ = &mut judge_exited => {
+                session.fail_infra("the judge sandbox exited before it connected");
+                return session.finish().await;
+            }
+        };
+        let (mut jr, mut jw) = match judge {
+            Ok(Ok((stream, _))) => stream.into_split(),
+            Ok(Err(e)) => {
+                session.fail_infra(&format!("cannot accept the judge's connection: {e}"));
+                return session.finish().await;
+            }
+            Err(_) => {
+                session.fail_infra("the judge sandbox did not connect in time");
+                return session.finish().await;
+            }
+        };
+        loop {
+            let raw = tokio::select! {
+                f = read_raw(&mut jr, MAX_JUDGE_FRAME) => f,
+                _ = &mut judge_exited => break,
+            };
+            let frame = match raw
+                .as_deref()
+                .map_err(Clone::clone)
+                .and_then(frame::parse_object)
+            {
+                Ok(f) => f,
+                Err(FrameError::Closed) => break,
+                Err(e) => {
+                    session.fail_infra(&format!("the judge broke the protocol: {e}"));
+                    break;
+                }
+            };
+            let raw = raw.unwrap_or_default();
+            let reply = match frame.get("op").and_then(Value::as_str) {
+                Some("hello") => {
+                    session.out.results.mark_ready();
+                    Some(match (&session.subject, &session.out.infra_error) {
+                        (Some(s), _) => json!({"op": "welcome", "generation": s.generation}),
+                        _ => {
+                            json!({"op": "welcome", "generation": null, "fault": "subject_unavailable"})
+                        }
+                    })
+                }
+                Some("call") => match session.call(&frame, &raw, &mut jr, &mut jw).await {
+                    Reply::Raw(bytes) => {
+                        if frame::write_raw(&mut jw, &bytes).await.is_err() {
+                            break;
+                        }
+                        None
+                    }
+                    Reply::Value(v) => Some(v),
+                },
+                Some("event") => session.event(frame.get("event").cloned().unwrap_or(Value::Null)),
+                _ => None,
+            };
+            if let Some(reply) = reply
+                && write_frame(&mut jw, &reply).await.is_err()
+            {
+                break;
+            }
+        }
+        session.finish().await
+    }
+}
+
+fn listen(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path)?;
+    // The sandbox user is not us; connecting needs write permission on the socket.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(listener)
+}
+
+struct SubjectConn {
+    reader: OwnedReadHalf,
+    writer: OwnedWriteHalf,
+    generation: u32,
+    meter: Meter,
+}
+
+/// The test in flight and what it has used so far.
+struct TestRun {
+    nodeid: String,
+    budget: Option<Budget>,
+    baseline: meter::Baseline,
+    subject_time: Duration,
+    /// Set by the broker when the subject died or ran out of time in this test.
+    kill: Option<Kill>,
+    breach: Option<BudgetBreach>,
+}
+
+struct Session<'a, H: SubjectHost> {
+    listener: UnixListener,
+    host: &'a mut H,
+    cfg: &'a BrokerConfig,
+    subject: Option<SubjectConn>,
+    generation: u32,
+    out: Brokered,
+    test: Option<TestRun>,
+}
+
+/// The judge's answer to a call: the subject's reply as sent, or one we composed.
+enum Reply {
+    Raw(Vec<u8>),
+    Value(Value),
+}
+
+/// Why a call did not get its reply.
+enum Fault {
+    Timeout,
+    Budget,
+    Died,
+    Protocol,
+}
+
+impl<H: SubjectHost> Session<'_, H> {
+    fn fail_infra(&mut self, why: &str) {
+        if self.out.infra_error.is_none() {
+            self.out.infra_error = Some(why.to_owned());
+        }
+    }
+
+    async fn finish(mut self) -> Brokered {
+        if self.subject.take().is_some() || self.generation > 0 {
+            self.host.stop().await;
+        }
+        self.out
+    }
+
+    /// Stops the current subject (if any) and starts the next generation; waits for its hello.
+    async fn replace_subject(&mut self) -> Result<(), String> {
+        if self.subject.take().is_some() {
+            self.host.stop().await;
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        self.out.subjects = generation;
+        self.host.start(generation).await?;
+        let accepted = tokio::time::timeout(self.cfg.startup_timeout, async {
+            let (stream, _) = self
+                .listener
+                .accept()
+                .await
+                .map_err(|e| format!("cannot accept the subject's connection: {e}"))?;
+            let (mut reader, mut writer) = stream.into_split();
+            let hello = read_frame(&mut reader, MAX_HELLO)
+                .await
+                .map_err(|e| format!("the subject sandbox sent no hello: {e}"))?;
+            if hello.get("op").and_then(Value::as_str) != Some("hello") {
+                return Err("the subject sandbox's first message was not a hello".to_owned());
+            }
+            write_frame(
+                &mut writer,
+                &json!({"op": "welcome", "generation": generation}),
+            )
+            .await
+            .map_err(|e| format!("cannot welcome the subject: {e}"))?;
+            Ok::<_, String>((reader, writer))
+        })
+        .await
+        .map_err(|_| "the subject sandbox did not say hello in time".to_owned())?;
+        let (reader, writer) = match accepted {
+            Ok(rw) => rw,
+            Err(e) => {
+                self.host.stop().await;
+                return Err(e);
+            }
+        };
+        let meter = self.host.meter().await;
+        self.subject = Some(SubjectConn {
+            reader,
+            writer,
+            generation,
+            meter,
+        });
+        Ok(())
+    }
+
+    /// Relays one judge call (and any callbacks it causes) and returns the judge's reply.
+    /// The judge's frame goes to the subject as it is (the subject ignores `op`); the reply
+    /// comes back as the subject sent it, after its checks, with `subject_ns` added.
+    async fn call(
+        &mut self,
+        frame: &Value,
+        raw: &[u8],
+        jr: &mut OwnedReadHalf,
+        jw: &mut OwnedWriteHalf,
+    ) -> Reply {
+        self.out.calls += 1;
+        let id = frame.get("id").cloned().unwrap_or(Value::Null);
+        if self.subject.is_none() {
+            return Reply::Value(json!({"id": id, "fault": "crashed", "generation": null}));
+        }
+        let deadline = self.call_deadline();
+        let max_reply = self.cfg.max_reply;
+        let subject = self.subject.as_mut().expect("checked above");
+        let mut pending = vec![id.clone()];
+        let mut subject_time = Duration::ZERO;
+        let outcome: Result<Vec<u8>, Fault> = async {
+            frame::write_raw(&mut subject.writer, raw)
+                .await
+                .map_err(|_| Fault::Died)?;
+            let over = || {
+                if deadline.1 {
+                    Fault::Budget
+                } else {
+                    Fault::Timeout
+                }
+            };
+            loop {
+                let left = deadline.0.checked_sub(subject_time).ok_or_else(over)?;
+                let waited = Instant::now();
+                let read =
+                    tokio::time::timeout(left, read_raw(&mut subject.reader, max_reply)).await;
+                subject_time += waited.elapsed();
+                let raw = match read {
+                    Err(_) => return Err(over()),
+                    Ok(Err(FrameError::Closed | FrameError::Io(_))) => return Err(Fault::Died),
+                    Ok(Err(_)) => return Err(Fault::Protocol),
+                    Ok(Ok(raw)) => raw,
+                };
+                let reply = frame::parse_object(&raw).map_err(|_| Fault::Protocol)?;
+                if reply.get("callback").is_some() {
+                    // The subject called a judge callback: the judge answers (it may call the
+                    // subject again meanwhile); its time is not the subject's.
+                    frame::write_raw(jw, &raw)
+                        .await
+                        .map_err(|_| Fault::Protocol)?;
+                    let answer = read_frame(jr, MAX_JUDGE_FRAME)
+                        .await
+                        .map_err(|_| Fault::Protocol)?;
+                    if answer.get("op").and_then(Value::as_str) == Some("call") {
+                        pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
+                    }
+                    write_frame(&mut subject.writer, &answer)
+                        .await
+                        .map_err(|_| Fault::Died)?;
+                    continue;
+                }
+                let replied_to = reply.get("id").cloned().unwrap_or(Value::Null);
+                if pending.last() != Some(&replied_to)
+                    || (reply.get("ok").is_none() && reply.get("err").is_none())
+                {
+                    return Err(Fault::Protocol);
+                }
+                pending.pop();
+                if pending.is_empty() {
+                    return Ok(raw);
+                }
+                // A nested call's reply goes to the judge, which is inside a callback.
+                frame::write_raw(jw, &raw)
+                    .await
+                    .map_err(|_| Fault::Protocol)?;
+                let answer = read_frame(jr, MAX_JUDGE_FRAME)
+                    .await
+                    .map_err(|_| Fault::Protocol)?;
+                if answer.get("op").and_then(Value::as_str) == Some("call") {
+                    pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
+                }
+                write_frame(&mut subject.writer, &answer)
+                    .await
+                    .map_err(|_| Fault::Died)?;
+            }
+        }
+        .await;
+        if let Some(test) = &mut self.test {
+            test.subject_time += subject_time;
+            if let Some(s) = &mut self.subject {
+                s.meter.sample(&mut test.baseline);
+            }
+        }
+        match outcome {
+            Ok(mut reply) => {
+                // The reply is a JSON object (checked): add the broker's timing before its `}`.
+                if let Some(end) = reply.iter().rposition(|b| *b == b'}') {
+                    let field = format!(",\"subject_ns\":{}}}", subject_time.as_nanos() as u64);
+                    reply.truncate(end);
+                    reply.extend_from_slice(field.as_bytes());
+                }
+                Reply::Raw(reply)
+            }
+            Err(fault) => Reply::Value(self.fault(id, fault).await),
+        }
+    }
+
+    /// The longest the next call may take, and whether that limit is a time budget.
+    fn call_deadline(&self) -> (Duration, bool) {
+        let cap = self.cfg.call_timeout;
+        let Some(test) = &self.test else {
+            return (cap, false);
+        };
+        match test.budget.as_ref().and_then(|b| b.wall_time_s) {
+            Some(budget) => {
+                let hard = Duration::from_secs_f64(2.0 * budget + 1.0);
+                let left = hard.saturating_sub(test.subject_time);
+                if left < cap {
+                    (left, true)
+                } else {
+                    (cap, false)
+                }
+            }
+            None => (cap, false),
+        }
+    }
+
+    /// Ends the subject after a fault, records it against the test in flight, starts the
+    /// next subject, and composes the judge's reply.
+    async fn fault(&mut self, id: Value, fault: Fault) -> Value {
+        let end = self.host.stop().await;
+        self.subject = None;
+        let (name, kill) = match fault {
+            Fault::Timeout => ("timeout", Some(Kill::TimedOut)),
+            Fault::Budget => ("budget", None),
+            Fault::Died if end.oom_killed => ("oom", Some(Kill::OutOfMemory)),
+            Fault::Died => ("crashed", Some(Kill::Crashed)),
+            Fault::Protocol => ("protocol", Some(Kill::Crashed)),
+        };
+        if let Some(test) = &mut self.test {
+            if matches!(fault, Fault::Budget) {
+                let limit = test
+                    .budget
+                    .as_ref()
+                    .and_then(|b| b.wall_time_s)
+                    .unwrap_or(0.0);
+                test.breach = Some(BudgetBreach {
+                    kind: BudgetKind::Time,
+                    measured: test.subject_time.as_secs_f64(),
+                    limit,
+                });
+            }
+            test.kill = test.kill.or(kill);
+        }
+        let generation = match self.replace_subject().await {
+            Ok(()) => json!(self.generation),
+            Err(e) => {
+                self.fail_infra(&format!("the subject sandbox could not be replaced: {e}"));
+                Value::Null
+            }
+        };
+        json!({"id": id, "fault": name, "generation": generation})
+    }
+
+    /// Records a lifecycle event; `start` is answered once measurement is armed.
+    fn event(&mut self, event: Value) -> Option<Value> {
+        let parsed: Event = serde_json::from_value(event).ok()?;
+        let reply = match &parsed {
+            Event::Start { nodeid } => {
+                let budget = budget_for(&self.cfg.budgets, nodeid).cloned();
+                let baseline = match &mut self.subject {
+                    Some(s) => s.meter.begin(),
+                    None => Default::default(),
+                };
+                self.test = Some(TestRun {
+                    nodeid: nodeid.clone(),
+                    budget,
+                    baseline,
+                    subject_time: Duration::ZERO,
+                    kill: None,
+                    breach: None,
+                });
+                Some(json!({"op": "started", "nodeid": nodeid}))
+            }
+            _ => None,
+        };
+        let result_of = match &parsed {
+            Event::Result { nodeid, .. } => Some(nodeid.clone()),
+            _ => None,
+        };
+        self.out.results.apply(parsed);
+        if let Some(p) = &self.cfg.progress {
+            p.store(
+                self.out.results.n_results(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        if let Some(nodeid) = result_of
+            && let Some(test) = self.test.take_if(|t| t.nodeid == nodeid)
+        {
+            self.close_test(test);
+        }
+        reply
+    }
+
+    /// A test's own measurements against its budget; the broker's word beats the judge's.
+    fn close_test(&mut self, mut test: TestRun) {
+        let usage = match &mut self.subject {
+            Some(s) => s.meter.end(&test.baseline),
+            None => Usage::default(),
+        };
+        if test.breach.is_none()
+            && let Some(budget) = &test.budget
+        {
+            test.breach = breach(budget, test.subject_time, &usage);
+            if test.breach.is_none()
+                && budget.peak_memory_mb.is_some()
+                && usage.peak_memory_mb.is_none()
+            {
+                self.fail_infra("the subject's memory could not be measured for a memory budget");
+            }
+        }
+        self.out
+            .results
+            .override_result(&test.nodeid, test.kill, test.breach);
+    }
+}
+
+/// The first budget the usage exceeds, if any.
+fn breach(budget: &Budget, subject_time: Duration, usage: &Usage) -> Option<BudgetBreach> {
+    let over = |kind, measured: f64, limit: f64| {
+        (measured > limit).then_some(BudgetBreach {
+            kind,
+            measured,
+            limit,
+        })
+    };
+    budget
+        .peak_memory_mb
+        .zip(usage.peak_memory_mb)
+        .and_then(|(limit, m)| over(BudgetKind::Memory, round(m), limit))
+        .or_else(|| {
+            budget
+                .wall_time_s
+                .and_then(|limit| over(BudgetKind::Time, round(subject_time.as_secs_f64()), limit))
+        })
+        .or_else(|| {
+            budget
+                .collective_bytes
+                .zip(usage.sent_bytes)
+                .and_then(|(limit, b)| over(BudgetKind::Traffic, b as f64, limit as f64))
+        })
+}
+
+/// Figures as reported: three significant digits, so a measurement carries no more bits
+/// than a reader needs.
+fn round(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let digits = 3 - x.abs().log10().ceil() as i32;
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+fn budget_for<'a>(budgets: &'a [(String, Budget)], nodeid: &str) -> Option<&'a Budget> {
+    let base = nodeid.split_once('[').map_or(nodeid, |(b, _)| b);
+    budgets
+        .iter()
+        .find(|(id, _)| id == nodeid)
+        .or_else(|| budgets.iter().find(|(id, _)| id == base))
+        .map(|(_, b)| b)
+}
+
+/// The socket directories of one probe phase, created private to it.
+pub fn socket_dirs(phase_dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    let judge = phase_dir.join("judge-socket");
+    let subject = phase_dir.join("subject-socket");
+    for d in [&judge, &subject] {
+        std::fs::create_dir_all(d)?;
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok((judge, subject))
+}
+
+/// Connects to a socket (for tests and the local executor's readiness checks).
+pub async fn connect(path: &Path) -> std::io::Result<UnixStream> {
+    UnixStream::connect(path).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_apply_to_every_case_of_a_test() {
+        let b = Budget {
+            wall_time_s: Some(1.0),
+            ..Default::default()
+        };
+        let budgets = vec![("t.py::test_x".to_owned(), b.clone())];
+        assert_eq!(budget_for(&budgets, "t.py::test_x[1-2]"), Some(&b));
+        assert_eq!(budget_for(&budgets, "t.py::test_x"), Some(&b));
+        assert_eq!(budget_for(&budgets, "t.py::test_y"), None);
+    }
+
+    #[test]
+    fn breaches_are_measured_against_each_budget() {
+        let budget = Budget {
+            peak_memory_mb: Some(4.0),
+            wall_time_s: Some(3.0),
+            collective_bytes: Some(1000),
+            ..Default::default()
+        };
+        let fine = Usage {
+            peak_memory_mb: Some(1.0),
+            sent_bytes: Some(10),
+        };
+        assert_eq!(breach(&budget, Duration::from_secs(1), &fine), None);
+        let leak = Usage {
+            peak_memory_mb: Some(12.345_678),
+            ..fine
+        };
+        assert_eq!(
+            breach(&budget, Duration::from_secs(1), &leak),
+            Some(BudgetBreach {
+                kind: BudgetKind::Memory,
+                measured: 12.3,
+                limit: 4.0
+            })
+        );
+        let slow = breach(&budget, Duration::from_millis(4321), &fine).unwrap();
+        assert_eq!((slow.kind, slow.measured), (BudgetKind::Time, 4.32));
+        let chatty = Usage {
+            sent_bytes: Some(5000),
+            ..fine
+        };
+        assert_eq!(
+            breach(&budget, Duration::ZERO, &chatty).unwrap().kind,
+            BudgetKind::Traffic
+        );
+    }
+
+    #[test]
+    fn figures_keep_three_significant_digits() {
+        assert_eq!(round(0.012_345), 0.0123);
+        assert_eq!(round(123_456.0), 123_000.0);
+        assert_eq!(round(0.0), 0.0);
+    }
+}
