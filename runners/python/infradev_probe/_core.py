@@ -18,6 +18,7 @@ from ._errors import (
     StaleHandle,
     SubjectCrashed,
     SubjectError,
+    SubjectFault,
     SubjectOutOfMemory,
     SubjectTimeout,
     TimeBudgetExceeded,
@@ -66,7 +67,10 @@ _LOCAL_ONLY = frozenset("""
     __pytest_wrapped__ _pytestfixturefunction __func__ __await__ __aiter__ __anext__
     __next__ _fields __dataclass_fields__ __attrs_attrs__ __origin__ __mro_entries__
     __len__ __iter__ __contains__ __getitem__ _ipython_display_ _repr_html_
+    __test__ _mock_name _mock_methods _mock_return_value
 """.split())
+# What pytest's collection asks of a module-level object (it never needs the subject for it).
+_MODULE_LOCAL_ONLY = _LOCAL_ONLY | {"__bases__", "__code__", "__self__", "__call__"}
 
 _BATCH_CHUNK = 4096
 _RELEASE_AT = 256
@@ -332,7 +336,10 @@ class Client:
         """Sends ``start`` and waits until the broker has armed its measurement."""
         if len(self.stack) > self.in_callback:
             self._drain()
-        self.flush_releases()  # before measurement starts
+        try:
+            self.flush_releases()  # before measurement starts
+        except (Exception, SubjectFault):  # the releases are lost with a lost subject
+            pass
         self.busy += 1
         try:
             self._send(wire.pack({"op": "event", "event": {"event": "start", "nodeid": nodeid}}))
@@ -893,6 +900,8 @@ class ModuleProxy(Handle):
 
     def __getattr__(self, name):
         __tracebackhide__ = True
+        if name in _MODULE_LOCAL_ONLY:
+            raise AttributeError(name)
         if not name.startswith("_infradev"):
             self._infradev_r()  # the current generation's module (the client may change)
         return Handle.__getattr__(self, name)
