@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v git >/dev/null 2>&1 || missing+=(git)
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing+=(python3-pytest)
+/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 if ((${#missing[@]})); then
   echo "test: installing ${missing[*]} from Debian's packages" >&2
@@ -25,6 +26,10 @@ INFRADEV_TEST_PG_URL=$(runners/ensure-postgres.sh)
 export INFRADEV_TEST_PG_URL
 
 cargo fmt --all -- --check
+
+# The Python side of the sandboxes: the wire codec, the subject's server, the judge's library
+# and plugin, the probe-symbol linter (Debian's python3 with pytest and numpy, as in the image).
+/usr/bin/python3 -m pytest -q -p no:cacheprovider runners/python/tests
 
 # The task suite: every manifest and every prompt checked, and one real task validated end to
 # end (base, reference ×3, null patch). Validation is mostly downloads and image layers, so it

@@ -53,7 +53,32 @@ pub fn render_summary(report: &Report) -> String {
     table(&mut out, "probes", &probes, width, report);
     counts(&mut out, report);
     phases(&mut out, report);
-    out
+    terminal_safe(&out)
+}
+
+/// The summary as a terminal and a workflow log may show it: no control characters but line
+/// breaks (no ANSI escapes, no carriage returns), and no line that a runner would read as a
+/// workflow command (`::error::`, `::add-mask::`, `::stop-commands::`). Paths in the diff and
+/// anything else a submission could name pass through here.
+pub(super) fn terminal_safe(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            let line: String = line
+                .chars()
+                .map(|c| if c.is_control() && c != '\t' { ' ' } else { c })
+                .collect();
+            let indent = line.len() - line.trim_start().len();
+            if line[indent..].starts_with("::") {
+                format!("{}: :{}", &line[..indent], &line[indent + 2..])
+            } else {
+                line
+            }
+        })
+        .fold(String::with_capacity(text.len()), |mut out, line| {
+            out.push_str(&line);
+            out.push('\n');
+            out
+        })
 }
 
 fn provenance(out: &mut String, report: &Report) {
@@ -219,6 +244,20 @@ fn truncate(text: &str) -> String {
     }
     let cut: String = text.chars().take(MESSAGE_CHARS - 3).collect();
     format!("{cut}...")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn nothing_a_sandbox_names_becomes_an_escape_or_a_workflow_command() {
+        let hostile = "PASS x\n  \u{1b}[31mred\u{1b}[0m\r\n::error::pwned\n   ::add-mask::x\n\u{7}bell";
+        let safe = terminal_safe(hostile);
+        assert!(!safe.chars().any(|c| c.is_control() && c != '\n'), "{safe:?}");
+        assert!(!safe.lines().any(|l| l.trim_start().starts_with("::")), "{safe}");
+        assert!(safe.contains("red") && safe.contains("pwned"));
+    }
 }
 
 fn short(commit: &str) -> &str {

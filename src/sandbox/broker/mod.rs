@@ -441,7 +441,7 @@ impl<H: SubjectHost> Session<'_, H> {
                     .unwrap_or(0.0);
                 test.breach = Some(BudgetBreach {
                     kind: BudgetKind::Time,
-                    measured: test.subject_time.as_secs_f64(),
+                    measured: round(test.subject_time.as_secs_f64()),
                     limit,
                 });
             }
