@@ -116,7 +116,7 @@ mod tests {
         assert_ne!(a.must_pass, a.must_fail);
         assert!(a.source.contains(&format!("def {}():", a.must_fail)));
         assert!(!a.source.to_lowercase().contains("canary"));
-        assert_eq!(Canaries::new(7, "test_top.py").file.contains('/'), false);
+        assert!(!Canaries::new(7, "test_top.py").file.contains('/'));
     }
 
     #[test]

@@ -246,20 +246,27 @@ fn truncate(text: &str) -> String {
     format!("{cut}...")
 }
 
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::terminal_safe;
 
     #[test]
     fn nothing_a_sandbox_names_becomes_an_escape_or_a_workflow_command() {
-        let hostile = "PASS x\n  \u{1b}[31mred\u{1b}[0m\r\n::error::pwned\n   ::add-mask::x\n\u{7}bell";
+        let hostile =
+            "PASS x\n  \u{1b}[31mred\u{1b}[0m\r\n::error::pwned\n   ::add-mask::x\n\u{7}bell";
         let safe = terminal_safe(hostile);
-        assert!(!safe.chars().any(|c| c.is_control() && c != '\n'), "{safe:?}");
-        assert!(!safe.lines().any(|l| l.trim_start().starts_with("::")), "{safe}");
+        assert!(
+            !safe.chars().any(|c| c.is_control() && c != '\n'),
+            "{safe:?}"
+        );
+        assert!(
+            !safe.lines().any(|l| l.trim_start().starts_with("::")),
+            "{safe}"
+        );
         assert!(safe.contains("red") && safe.contains("pwned"));
     }
-}
-
-fn short(commit: &str) -> &str {
-    commit.get(..12).unwrap_or(commit)
 }

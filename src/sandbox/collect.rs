@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 
-use super::broker::{FrameError, read_raw};
+use super::broker::read_raw;
 use crate::results::PhaseResults;
 
 /// One event frame at most.
@@ -35,7 +35,7 @@ pub async fn collect(
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
     Ok(Collector {
         listener,
-        ended: Box::pin(async move { ended.await }),
+        ended: Box::pin(ended),
         progress,
     })
 }
@@ -71,14 +71,9 @@ impl Collector {
                         connections += 1;
                         let tx = tx.clone();
                         tokio::spawn(async move {
-                            loop {
-                                match read_raw(&mut stream, MAX_FRAME).await {
-                                    Ok(frame) => {
-                                        if tx.send(frame).await.is_err() {
-                                            break;
-                                        }
-                                    }
-                                    Err(FrameError::Closed | FrameError::Io(_) | FrameError::TooLarge(..) | FrameError::NotJson) => break,
+                            while let Ok(frame) = read_raw(&mut stream, MAX_FRAME).await {
+                                if tx.send(frame).await.is_err() {
+                                    break;
                                 }
                             }
                         });
