@@ -22,7 +22,13 @@ fn grade(executor: &str) -> (Report, Duration, String) {
         .arg(task_dir())
         .arg("--repo")
         .arg(example_repo())
-        .args(["--head", "submission/reference", "--executor", executor, "--probes"])
+        .args([
+            "--head",
+            "submission/reference",
+            "--executor",
+            executor,
+            "--probes",
+        ])
         .arg(root().join("tests/fixtures/probe_phase"))
         .arg("--json")
         .arg(&json)
@@ -52,12 +58,29 @@ fn check(executor: &str) {
     assert_ne!(died.category, Some(Category::Infra));
     assert!(probe("::test_next_subject_serves").passed(), "{out}");
     let slow = probe("::test_slow");
-    let budget = slow.evidence.budget.as_ref().unwrap_or_else(|| panic!("{out}"));
-    assert_eq!((budget.kind, slow.category), (BudgetKind::Time, Some(Category::Time)));
-    assert!(budget.measured >= 1.5 && budget.measured < 5.0, "cut at 2 x 0.3 + 1 s: {budget:?}");
+    let budget = slow
+        .evidence
+        .budget
+        .as_ref()
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        (budget.kind, slow.category),
+        (BudgetKind::Time, Some(Category::Time))
+    );
+    assert!(
+        budget.measured >= 1.5 && budget.measured < 5.0,
+        "cut at 2 x 0.3 + 1 s: {budget:?}"
+    );
     let hold = probe("::test_hold");
-    let budget = hold.evidence.budget.as_ref().unwrap_or_else(|| panic!("{out}"));
-    assert_eq!((budget.kind, hold.category), (BudgetKind::Memory, Some(Category::Memory)));
+    let budget = hold
+        .evidence
+        .budget
+        .as_ref()
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        (budget.kind, hold.category),
+        (BudgetKind::Memory, Some(Category::Memory))
+    );
     assert!(budget.measured >= 48.0, "64 MiB held, {budget:?}");
     assert!(probe("::test_isolation").passed(), "{out}");
     // A 30 s sleep did not hold the phase up.
