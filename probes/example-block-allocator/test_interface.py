@@ -2,11 +2,14 @@
 documented signatures and exception types."""
 # INFRADEV-PROBE-CANARY-9f2c4e7a1b
 
-import inspect
-
 import pytest
 
+from infradev_probe import subject
+
 PROBE_SECRET = "PROBE-SECRET-interface-e0b5a317"
+
+minicache = subject.module("minicache")
+block_allocator = subject.module("minicache.block_allocator")
 
 
 def test_public_interface():
@@ -19,15 +22,15 @@ def test_public_interface():
 
     The official tests call everything positionally and never check the error raised by
     num_cached_tokens, so renamed parameters or a different exception slip through."""
-    import minicache
-    from minicache import block_allocator
-
-    assert minicache.BlockAllocator is block_allocator.BlockAllocator
+    # Identity is decided in the subject (class == class) and, for the exception class, by
+    # its handle: one subject object has one handle, hence one local stand-in class.
+    assert minicache.BlockAllocator == block_allocator.BlockAllocator
     assert minicache.NoFreeBlocksError is block_allocator.NoFreeBlocksError
+    assert subject.describe(minicache.NoFreeBlocksError)["exception"]
     assert issubclass(minicache.NoFreeBlocksError, RuntimeError)
 
     BlockAllocator = minicache.BlockAllocator
-    params = inspect.signature(BlockAllocator).parameters
+    params = subject.signature(BlockAllocator).parameters
     assert list(params)[:2] == ["num_blocks", "block_size"]
     assert params["block_size"].default == 16
 
@@ -48,3 +51,8 @@ def test_public_interface():
         alloc.num_cached_tokens(99)
     alloc.free(seq_id=1)
     assert alloc.num_free_blocks() == 4
+    # The documented exception really is raised, and is a RuntimeError.
+    with pytest.raises(minicache.NoFreeBlocksError):
+        alloc.allocate(seq_id=2, token_ids=list(range(65)))
+    with pytest.raises(RuntimeError):
+        alloc.allocate(seq_id=3, token_ids=list(range(65)))

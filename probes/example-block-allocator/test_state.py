@@ -8,22 +8,41 @@ import zlib
 
 import pytest
 
-from minicache import BlockAllocator, NoFreeBlocksError
+from infradev_probe import subject
+
+minicache = subject.module("minicache")
+BlockAllocator = minicache.BlockAllocator
+NoFreeBlocksError = minicache.NoFreeBlocksError
 
 PROBE_SECRET = "PROBE-SECRET-state-5d1e8c20"
 SEED = zlib.crc32(PROBE_SECRET.encode())  # fixed: the workload is the same on every run
 
 
-def _check_consistent(alloc, live):
+class _State:
+    """What the allocator reports, read in the same batch (one round trip) as the step that
+    changed it: the block table and token count of each named sequence, every block's
+    ref_count and num_free_blocks. Each item holds a value or the subject's error."""
+
+    def __init__(self, b, alloc, seq_ids, num_blocks):
+        self.tables = {seq_id: b.call(alloc.get_block_table, seq_id) for seq_id in seq_ids}
+        self.counts = {seq_id: b.call(alloc.num_tokens, seq_id) for seq_id in seq_ids}
+        self.refs = [b.call(alloc.ref_count, block) for block in range(num_blocks)]
+        self.free = b.call(alloc.num_free_blocks)
+
+    def table(self, seq_id):
+        return self.tables[seq_id].value
+
+
+def _check_consistent(state, live, num_blocks, bs):
     """ref_count(b) equals the number of live block tables holding b; free + in-use blocks
-    partition the pool; a block shared by two tables holds the same prefix in both."""
-    bs = alloc.block_size
+    partition the pool; a block shared by two tables holds the same prefix in both. Every
+    value is checked here, in the judge."""
     holders = {}
     content = {}
     for seq_id, tokens in live.items():
-        table = alloc.get_block_table(seq_id)
+        table = state.table(seq_id)
         assert len(table) == -(-len(tokens) // bs), f"sequence {seq_id}: wrong table length"
-        assert alloc.num_tokens(seq_id) == len(tokens)
+        assert state.counts[seq_id].value == len(tokens)
         for k, block in enumerate(table):
             holders[block] = holders.get(block, 0) + 1
             end = (k + 1) * bs
@@ -31,12 +50,14 @@ def _check_consistent(alloc, live):
             if block in content:
                 assert content[block] == key, f"block {block} shared by sequences with different prefixes"
             content[block] = key
-    for block in range(alloc.num_blocks):
-        assert alloc.ref_count(block) == holders.get(block, 0), (
-            f"ref_count({block}) is {alloc.ref_count(block)} but {holders.get(block, 0)} "
+    for block in range(num_blocks):
+        count = state.refs[block].value
+        assert count == holders.get(block, 0), (
+            f"ref_count({block}) is {count} but {holders.get(block, 0)} "
             f"live block tables hold it")
-    assert alloc.num_free_blocks() == alloc.num_blocks - len(holders), (
-        f"{alloc.num_free_blocks()} free + {len(holders)} in use != {alloc.num_blocks} blocks")
+    free = state.free.value
+    assert free == num_blocks - len(holders), (
+        f"{free} free + {len(holders)} in use != {num_blocks} blocks")
 
 
 def test_refcounts_balance_across_steps():
@@ -49,53 +70,74 @@ def test_refcounts_balance_across_steps():
     scenarios; they never mix sharing with a full pool, failed allocations and eviction."""
     rng = random.Random(SEED)
     bs = 4
-    alloc = BlockAllocator(num_blocks=32, block_size=bs)
+    n = 32
+    alloc = BlockAllocator(num_blocks=n, block_size=bs)
+    assert (alloc.num_blocks, alloc.block_size) == (n, bs)
     prefixes = [[rng.randrange(1000) for _ in range(12)] for _ in range(3)]
     recent = []
     live = {}
     next_id = 0
     failures = 0
+    with subject.batch() as b:
+        state = _State(b, alloc, [], n)
+    _check_consistent(state, live, n, bs)
     for _ in range(3000):
+        before = state
         op = rng.random()
+        # Each step is one round trip: the call, then everything _check_consistent reads.
         if op < 0.45 or not live:
             if recent and rng.random() < 0.2:
                 prompt = list(rng.choice(recent))
             else:
                 prompt = rng.choice(prefixes)[: rng.choice((0, 4, 8, 12))]
                 prompt += [rng.randrange(1000) for _ in range(rng.randint(1, 10))]
-            before = alloc.num_free_blocks()
-            try:
-                alloc.allocate(next_id, prompt)
-            except NoFreeBlocksError:
+            with subject.batch() as b:
+                step = b.call(alloc.allocate, next_id, prompt)
+                state = _State(b, alloc, [*live, next_id], n)
+            if not step.ok and isinstance(step.error, NoFreeBlocksError):
                 failures += 1
-                assert alloc.num_free_blocks() == before
+                assert state.free.value == before.free.value
                 with pytest.raises(KeyError):
-                    alloc.get_block_table(next_id)
+                    state.table(next_id)
             else:
+                assert step.value == state.table(next_id)
                 live[next_id] = prompt
                 recent = (recent + [prompt])[-16:]
             next_id += 1
         elif op < 0.75:
             seq_id = rng.choice(sorted(live))
             extra = [rng.randrange(1000) for _ in range(rng.randint(1, 6))]
-            table = alloc.get_block_table(seq_id)
-            try:
-                alloc.append_tokens(seq_id, extra)
-            except NoFreeBlocksError:
+            table = before.table(seq_id)
+            with subject.batch() as b:
+                step = b.call(alloc.append_tokens, seq_id, extra)
+                state = _State(b, alloc, live, n)
+            if not step.ok and isinstance(step.error, NoFreeBlocksError):
                 failures += 1
-                assert alloc.get_block_table(seq_id) == table
+                assert state.table(seq_id) == table
+                assert state.free.value == before.free.value
             else:
+                assert table + step.value == state.table(seq_id), (
+                    "append_tokens must return exactly the blocks it added")
                 live[seq_id] = live[seq_id] + extra
         else:
             seq_id = rng.choice(sorted(live))
-            alloc.free(seq_id)
-            del live[seq_id]
-        _check_consistent(alloc, live)
+            with subject.batch() as b:
+                step = b.call(alloc.free, seq_id)
+                gone = b.call(alloc.get_block_table, seq_id)
+                del live[seq_id]
+                state = _State(b, alloc, live, n)
+            step.value  # raises the subject's error, if free raised
+            with pytest.raises(KeyError):
+                gone.value
+        _check_consistent(state, live, n, bs)
     assert failures > 200  # the workload really exercises the full-pool paths
-    for seq_id in sorted(live):
-        alloc.free(seq_id)
-    _check_consistent(alloc, {})
-    assert alloc.num_free_blocks() == alloc.num_blocks
+    with subject.batch() as b:
+        for seq_id in sorted(live):
+            b.call(alloc.free, seq_id)
+        state = _State(b, alloc, [], n)
+    b.results
+    _check_consistent(state, {}, n, bs)
+    assert state.free.value == n
 
 
 def test_failed_allocation_leaves_shared_blocks_alone():

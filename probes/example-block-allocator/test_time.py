@@ -2,27 +2,32 @@
 LRU eviction of cached blocks."""
 # INFRADEV-PROBE-CANARY-9f2c4e7a1b
 
-import collections
-
-from minicache import BlockAllocator
+from infradev_probe import subject
 
 PROBE_SECRET = "PROBE-SECRET-time-7c24e1d9"
 
-# Workload: 20k sequences of 64 distinct tokens (4 full blocks each, 80k block hand-outs)
-# through a 4096-block pool with at most 64 live sequences. After the first ~1000
-# sequences every block is cached, so every hand-out evicts the least recently freed one.
+minicache = subject.module("minicache")
+# Looked up at collection: the subject imports minicache before any measurement starts.
+BlockAllocator = minicache.BlockAllocator
+
+# Workload: 12k sequences of 64 distinct tokens (4 full blocks each, 48k block hand-outs)
+# through a 16384-block pool with at most 64 live sequences. After the first ~4100
+# sequences every block is cached, so each of the last ~31k hand-outs evicts the least
+# recently freed block.
 #
-# Reference (deque + OrderedDict, O(1) per block): ~0.25 s idle, <= ~0.6 s on a loaded
-# 2-core machine (load average 3). A linear scan over the free list or over the evictable
-# pool per hand-out (min(), list.remove, a sort) costs O(4096) per block: ~40-70 s for this
-# workload, 100x+ the reference.
-# Budget (probes.toml): wall_time_s = 3.0, ~5x the worst reference time seen and >10x
-# below any linear implementation; the plugin interrupts a slow call at 2 * 3 + 1 = 7 s,
-# so a linear implementation fails in bounded time with TimeBudgetExceeded.
-NUM_SEQUENCES = 20_000
-NUM_BLOCKS = 4096
+# Time is the broker's: the subject time of this test's calls, measured from outside. The
+# calls go in batches of CHUNK sequences (one round trip each, ~25 in all), so the figure is
+# the allocator's work plus the subject decoding the requests (~20-70 us a sequence), not
+# per-call latency. A linear scan over the free list or over the evictable pool per hand-out
+# (min(), list.remove, a sort) costs O(16384) per block, about a millisecond. probes.toml has
+# the measured figures and the budget; the broker ends the test once its subject time passes
+# 2 * budget + 1 s, so a linear implementation fails in bounded time with
+# TimeBudgetExceeded.
+NUM_SEQUENCES = 12_000
+NUM_BLOCKS = 16_384
 TOKENS_PER_SEQ = 64
 LIVE = 64
+CHUNK = 500
 
 
 def test_allocate_free_is_constant_time():
@@ -30,15 +35,21 @@ def test_allocate_free_is_constant_time():
     the next free block and the LRU evictable block are found in O(1).
 
     The official tests use pools of at most 8 blocks, where a linear scan is as fast as a
-    queue; the budget (wall_time_s) is enforced by the grader's plugin around this call."""
+    queue; the budget (wall_time_s) is enforced by the broker around this test."""
     alloc = BlockAllocator(num_blocks=NUM_BLOCKS, block_size=16)
-    live = collections.deque()
-    for seq_id in range(NUM_SEQUENCES):
-        start = seq_id * TOKENS_PER_SEQ  # distinct tokens: no prefix hits
-        alloc.allocate(seq_id, range(start, start + TOKENS_PER_SEQ))
-        live.append(seq_id)
-        if len(live) > LIVE:
-            alloc.free(live.popleft())
-    while live:
-        alloc.free(live.popleft())
+    live = []
+    for first in range(0, NUM_SEQUENCES, CHUNK):
+        with subject.batch() as b:
+            for seq_id in range(first, min(first + CHUNK, NUM_SEQUENCES)):
+                start = seq_id * TOKENS_PER_SEQ  # distinct tokens: no prefix hits
+                b.call(alloc.allocate, seq_id, list(range(start, start + TOKENS_PER_SEQ)))
+                live.append(seq_id)
+                if len(live) > LIVE:
+                    b.call(alloc.free, live.pop(0))
+        tables = [t for t in b.results if t is not None]
+        assert all(len(t) == TOKENS_PER_SEQ // 16 for t in tables)
+    with subject.batch() as b:
+        for seq_id in live:
+            b.call(alloc.free, seq_id)
+    b.results
     assert alloc.num_free_blocks() == NUM_BLOCKS
