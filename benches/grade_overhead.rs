@@ -26,7 +26,7 @@ fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let scratch = tempfile::tempdir().expect("temp dir");
     let (bench_root, repo, head) = setup(&root, scratch.path());
-    let grade = || {
+    let grade_with = |probes: &Path| {
         let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
             .arg("--root")
             .arg(&bench_root)
@@ -38,8 +38,10 @@ fn main() {
                 "docker",
                 "--head",
                 &head,
-                "--repo",
+                "--probes",
             ])
+            .arg(probes)
+            .arg("--repo")
             .arg(&repo)
             .output()
             .expect("run infradev");
@@ -51,6 +53,10 @@ fn main() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
+    let noop_probes = bench_root.join("probes/bench-noop");
+    let call_probes = bench_root.join("probes/bench-calls");
+    let grade = || grade_with(&noop_probes);
+    let grade_calls = || grade_with(&call_probes);
     grade(); // Builds the environment image once: the benchmark is about a warm image.
     let image = env_image();
     let bare = || {
@@ -80,16 +86,20 @@ fn main() {
     };
     by_hand();
 
-    let (mut bare_t, mut hand_t, mut grade_t) = (Vec::new(), Vec::new(), Vec::new());
+    grade_calls();
+    let (mut bare_t, mut hand_t, mut grade_t, mut calls_t) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         bare_t.push(time(bare));
         hand_t.push(time(by_hand));
         grade_t.push(time(grade));
+        calls_t.push(time(grade_calls));
     }
-    let (b, h, g) = (
+    let (b, h, g, c) = (
         median(&mut bare_t),
         median(&mut hand_t),
         median(&mut grade_t),
+        median(&mut calls_t),
     );
     let ratio = g.as_secs_f64() / b.as_secs_f64();
     let verdict = if ratio <= TARGET_RATIO {
@@ -108,12 +118,21 @@ fn main() {
     row("baseline: docker run --rm <image> true", b, &bare_t);
     row("by hand:  docker run --rm <image> pytest no-op", h, &hand_t);
     row("infradev grade (one no-op probe)", g, &grade_t);
+    row(&format!("infradev grade ({CALLS} brokered calls)"), c, &calls_t);
     println!("  grade / bare container: {ratio:.2}x (target <= {TARGET_RATIO}x): {verdict}");
     println!(
         "  grade / pytest by hand: {:.2}x (what InfraDev adds to running pytest in a container)",
         g.as_secs_f64() / h.as_secs_f64()
     );
+    println!(
+        "  probe phase: judge + subject containers and the broker; one brokered call: {:.1} us \
+         (({CALLS}-call grade - no-op grade) / {CALLS})",
+        (c.as_secs_f64() - g.as_secs_f64()) / CALLS as f64 * 1e6
+    );
 }
+
+/// Calls the second probe makes to the subject, to price one brokered round trip.
+const CALLS: usize = 5000;
 
 /// A root with one probe-only task, a two-commit repository, and the real runners/.
 fn setup(root: &Path, dir: &Path) -> (PathBuf, PathBuf, String) {
@@ -197,6 +216,21 @@ probes_s = 60
     )
     .unwrap();
     std::fs::write(probes.join("test_noop.py"), "def test_noop():\n    pass\n").unwrap();
+    // The same task's probe making CALLS round trips to the subject (`pkg` is the repository's).
+    let calls = bench_root.join("probes/bench-calls");
+    std::fs::create_dir_all(&calls).unwrap();
+    std::fs::write(
+        calls.join("probes.toml"),
+        "task = \"bench-noop\"\n[[probe]]\nid = \"calls\"\ntest = \"test_calls.py::test_calls\"\ncategory = \"state\"\nrequirement = \"nothing\"\nwhy_official_tests_miss = \"benchmark\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        calls.join("test_calls.py"),
+        format!(
+            "from infradev_probe import subject\n\nmath = subject.module(\"math\")\n\n\ndef test_calls():\n    for i in range({CALLS}):\n        assert math.sqrt(4.0) == 2.0\n"
+        ),
+    )
+    .unwrap();
     (bench_root, repo, head)
 }
 
