@@ -23,6 +23,9 @@ use crate::task::Gpus;
 
 /// The unprivileged user the sandbox drops to when the grader runs as root.
 const NOBODY: libc::uid_t = 65534;
+/// The subject of the probe phase runs as another unprivileged user than the judge, so it can
+/// neither trace nor signal the judge, nor read its memory through procfs.
+const SUBJECT_USER: libc::uid_t = 65533;
 
 pub struct LocalExecutor {
     python: PathBuf,
@@ -51,6 +54,7 @@ impl LocalExecutor {
                 "the code runs as the invoking user, so it could modify the probes and the results"
                     .to_owned(),
                 "the process limit counts every process of the invoking user".to_owned(),
+                "the judge and the subject of the probe phase run as the same user: the subject could trace the judge".to_owned(),
             ]);
         }
         out
@@ -142,7 +146,21 @@ impl LocalExecutor {
         };
         let python = self.python.display().to_string();
         let judge_layout = self.layout(spec, &judge_dir);
-        let subject_layout = self.layout(spec, &subject_dir);
+        // The subject gets a scratch directory of its own: nothing it writes lands where the
+        // judge runs.
+        let mut subject_layout = self.layout(spec, &subject_dir);
+        let subject_scratch = spec.dir.join("subject-tmp");
+        if let Err(e) = make_dir(&subject_scratch).and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&subject_scratch, std::fs::Permissions::from_mode(0o1777))
+        }) {
+            return (
+                infra(format!("cannot create {}: {e}", subject_scratch.display())),
+                String::new(),
+                PhaseResults::default(),
+            );
+        }
+        subject_layout.scratch = subject_scratch.display().to_string();
         let mut subjects = LocalSubjects {
             executor: self,
             spec,
@@ -190,6 +208,17 @@ impl LocalExecutor {
         env: Vec<(String, String)>,
         cwd: &Path,
     ) -> Result<tokio::process::Child, String> {
+        self.spawn_as(spec, argv, env, cwd, NOBODY)
+    }
+
+    fn spawn_as(
+        &self,
+        spec: &PhaseSpec,
+        argv: &[String],
+        env: Vec<(String, String)>,
+        cwd: &Path,
+        uid: libc::uid_t,
+    ) -> Result<tokio::process::Child, String> {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env_clear()
@@ -215,7 +244,7 @@ impl LocalExecutor {
         // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
         // functions (setsid, setrlimit, unshare, setgroups, setgid, setuid).
         unsafe {
-            cmd.pre_exec(move || confine(&limits, privileged));
+            cmd.pre_exec(move || confine(&limits, privileged, uid));
         }
         cmd.spawn()
             .map_err(|e| format!("cannot start {}: {e}", argv[0]))
@@ -295,9 +324,13 @@ struct LocalSubjects<'a> {
 
 impl SubjectHost for LocalSubjects<'_> {
     async fn start(&mut self, _generation: u32) -> Result<(), String> {
-        let mut child =
-            self.executor
-                .spawn(self.spec, &self.argv, self.env.clone(), &self.spec.repo)?;
+        let mut child = self.executor.spawn_as(
+            self.spec,
+            &self.argv,
+            self.env.clone(),
+            &self.spec.repo,
+            SUBJECT_USER,
+        )?;
         // The subject's output is never read: drop the pipes so it cannot block on them.
         drop(child.stdout.take());
         drop(child.stderr.take());
@@ -329,7 +362,7 @@ struct RLimits {
     file_size: u64,
 }
 
-fn confine(limits: &RLimits, privileged: bool) -> std::io::Result<()> {
+fn confine(limits: &RLimits, privileged: bool, uid: libc::uid_t) -> std::io::Result<()> {
     let check = |rc: libc::c_int| {
         if rc == 0 {
             Ok(())
@@ -357,8 +390,8 @@ fn confine(limits: &RLimits, privileged: bool) -> std::io::Result<()> {
         if privileged {
             check(libc::unshare(libc::CLONE_NEWNET))?;
             check(libc::setgroups(0, std::ptr::null()))?;
-            check(libc::setgid(NOBODY))?;
-            check(libc::setuid(NOBODY))?;
+            check(libc::setgid(uid))?;
+            check(libc::setuid(uid))?;
         }
     }
     Ok(())
