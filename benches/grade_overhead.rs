@@ -118,7 +118,11 @@ fn main() {
     row("baseline: docker run --rm <image> true", b, &bare_t);
     row("by hand:  docker run --rm <image> pytest no-op", h, &hand_t);
     row("infradev grade (one no-op probe)", g, &grade_t);
-    row(&format!("infradev grade ({CALLS} brokered calls)"), c, &calls_t);
+    row(
+        &format!("infradev grade ({CALLS} brokered calls)"),
+        c,
+        &calls_t,
+    );
     println!("  grade / bare container: {ratio:.2}x (target <= {TARGET_RATIO}x): {verdict}");
     println!(
         "  grade / pytest by hand: {:.2}x (what InfraDev adds to running pytest in a container)",

@@ -188,7 +188,11 @@ fn printing_the_probe_source_into_failures_leaks_nothing() {
     let all = g.all_output();
     // The subject has no probes to read, and no message from a sandbox reaches a report.
     assert!(
-        g.report().grade.tests.iter().all(|t| t.evidence.message.is_none()),
+        g.report()
+            .grade
+            .tests
+            .iter()
+            .all(|t| t.evidence.message.is_none()),
         "a sandbox's message reached the report:\n{}",
         g.json
     );
