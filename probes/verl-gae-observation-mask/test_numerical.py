@@ -9,11 +9,18 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from infradev_probe import subject
 
 from _ref import gae_reference, make_multi_turn_batch
 
 PROBE_SECRET = "PROBE-SECRET-gae-numerical-9a4c"
 SEED = zlib.crc32(PROBE_SECRET.encode())
+
+# The submission lives in the subject sandbox: tensors cross by value both ways, so the
+# reference and every comparison run here, on copies of its results.
+core_algos = subject.module("verl.trainer.ppo.core_algos")
+remote_torch = subject.module("torch")
+remote_operator = subject.module("operator")
 
 # Tolerances: the function computes in float32. Per-token |delta| <= ~15 here and a chain has
 # <= 64 links, so accumulated float32 rounding in a raw advantage / return is below ~1e-4 even
@@ -25,13 +32,17 @@ ATOL = 5e-4
 RTOL = 1e-4
 
 
-def _call(rewards, values, mask, gamma, lam):
-    from verl.trainer.ppo.core_algos import compute_gae_advantage_return
-
-    adv, ret = compute_gae_advantage_return(
+def _call(rewards, values, mask, gamma, lam, shape=None):
+    """Calls the submission's GAE (arguments: local tensors, sent by value, or handles to
+    tensors living in the subject) and returns its results as float64 numpy arrays."""
+    out = core_algos.compute_gae_advantage_return(
         token_level_rewards=rewards, values=values, response_mask=mask, gamma=gamma, lam=lam
     )
-    assert adv.shape == rewards.shape and ret.shape == rewards.shape
+    assert isinstance(out, (tuple, list)) and len(out) == 2
+    adv, ret = out
+    assert isinstance(adv, torch.Tensor) and isinstance(ret, torch.Tensor)
+    shape = tuple(rewards.shape) if shape is None else shape
+    assert tuple(adv.shape) == shape and tuple(ret.shape) == shape
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
     return adv.double().numpy(), ret.double().numpy()
 
@@ -108,20 +119,24 @@ def test_strided_inputs_int_mask_and_no_mutation():
     rng = np.random.default_rng(SEED + 3)
     bs, L = 10, 50
     r, v, m = make_multi_turn_batch(rng, bs=bs, length=L)
+    # The views are built in the subject: a tensor crosses the wire as a contiguous copy.
     r_buf = torch.zeros(bs, L + 30)
     r_buf[:, 30:] = torch.from_numpy(r)
-    r_view = r_buf[:, 30:]
-    v_view = torch.from_numpy(np.ascontiguousarray(v.T)).t()
+    r_view = subject.keep(remote_operator.getitem, subject.put(r_buf), (slice(None), slice(30, None)))
+    v_view = subject.keep(remote_torch.t, subject.put(torch.from_numpy(np.ascontiguousarray(v.T))))
     m_buf = torch.zeros(bs, 2 * L, dtype=torch.int64)
     m_buf[:, ::2] = torch.from_numpy(m).long()
-    m_view = m_buf[:, ::2]
-    assert not r_view.is_contiguous() and not v_view.is_contiguous() and not m_view.is_contiguous()
-    before = (r_view.clone(), v_view.clone(), m_view.clone())
+    m_view = subject.keep(remote_operator.getitem, subject.put(m_buf), (slice(None), slice(None, None, 2)))
+    for view in (r_view, v_view, m_view):
+        assert view.is_contiguous() is False
+        assert tuple(view.shape) == (bs, L)
+    assert m_view.dtype == torch.int64
+    before = (torch.from_numpy(r), torch.from_numpy(v), torch.from_numpy(m).long())
     gamma, lam = 0.99, 0.95
-    adv, ret = _call(r_view, v_view, m_view, gamma, lam)
+    adv, ret = _call(r_view, v_view, m_view, gamma, lam, shape=(bs, L))
     _check(r, v, m, gamma, lam, adv, ret)
-    assert torch.equal(r_view, before[0]) and torch.equal(v_view, before[1])
-    assert torch.equal(m_view, before[2])
+    assert torch.equal(subject.fetch(r_view), before[0]) and torch.equal(subject.fetch(v_view), before[1])
+    assert torch.equal(subject.fetch(m_view), before[2])
 
 
 @pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (1.0, 0.0), (0.5, 1.0)])
