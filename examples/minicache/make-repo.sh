@@ -5,6 +5,7 @@
 #   tag base                 the base commit
 #   tag reference            base + reference.patch (prefix caching, with the new official tests)
 #   submission/<name>        base + submissions/<name>.patch or hostile/<name>.patch
+#   submission/<name>        base + attacks/<name>.patch (the red team's, tests/redteam.rs)
 #
 # The result is bit-for-bit reproducible: fixed identity and dates, file modes forced to 0644,
 # and the user's and the system's git configuration ignored. Every run produces the same SHAs.
@@ -68,7 +69,7 @@ apply_patch "$HERE/reference.patch"
 commit_all "minicache: prefix caching (reference)"
 g tag reference
 
-for patch in "$HERE"/submissions/*.patch "$HERE"/hostile/*.patch; do
+for patch in "$HERE"/submissions/*.patch "$HERE"/hostile/*.patch "$HERE"/attacks/*.patch; do
     [ -e "$patch" ] || continue
     name=$(basename "$patch" .patch)
     g checkout -q -b "submission/$name" base

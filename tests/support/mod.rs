@@ -10,6 +10,7 @@ use infradev::report::Report;
 
 pub mod fake_github;
 pub mod payloads;
+pub mod redteam;
 pub mod scale_out;
 pub mod story;
 
