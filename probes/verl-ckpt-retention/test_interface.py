@@ -2,9 +2,12 @@
 BaseCheckpointManager with the documented parameter names."""
 # INFRADEV-PROBE-CANARY-81ddec5a5d69
 
-import inspect
+from infradev_probe import subject
 
 PROBE_SECRET = "PROBE-SECRET-ckpt-interface-77d0"
+
+checkpoint_manager = subject.module("verl.utils.checkpoint.checkpoint_manager")
+fsdp_checkpoint_manager = subject.module("verl.utils.checkpoint.fsdp_checkpoint_manager")
 
 
 def test_public_interface():
@@ -15,13 +18,15 @@ def test_public_interface():
 
     The official tests call both methods on a BaseCheckpointManager only, partly positionally,
     and never check that the FSDP manager shares them."""
-    from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
-    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
-
-    ensure = inspect.signature(BaseCheckpointManager.ensure_checkpoint_capacity).parameters
-    assert list(ensure)[:2] == ["self", "max_ckpt_to_keep"]
-    register = inspect.signature(BaseCheckpointManager.register_checkpoint).parameters
-    assert list(register)[:3] == ["self", "new_path", "max_ckpt_to_keep"]
-    assert issubclass(FSDPCheckpointManager, BaseCheckpointManager)
-    assert callable(FSDPCheckpointManager.ensure_checkpoint_capacity)
-    assert callable(FSDPCheckpointManager.register_checkpoint)
+    ensure = subject.signature(checkpoint_manager.BaseCheckpointManager.ensure_checkpoint_capacity)
+    assert list(ensure.parameters)[:2] == ["self", "max_ckpt_to_keep"]
+    register = subject.signature(checkpoint_manager.BaseCheckpointManager.register_checkpoint)
+    assert list(register.parameters)[:3] == ["self", "new_path", "max_ckpt_to_keep"]
+    FSDPCheckpointManager = fsdp_checkpoint_manager.FSDPCheckpointManager
+    assert subject.issubclass(FSDPCheckpointManager, checkpoint_manager.BaseCheckpointManager) is True
+    for name, params in (("ensure_checkpoint_capacity", ["self", "max_ckpt_to_keep"]),
+                         ("register_checkpoint", ["self", "new_path", "max_ckpt_to_keep"])):
+        method = subject.getattr(FSDPCheckpointManager, name)
+        assert subject.describe(method)["callable"], name
+        # Inherited (or overridden) with the same keywords: the trainer calls them by name.
+        assert list(subject.signature(method).parameters)[:len(params)] == params, name
