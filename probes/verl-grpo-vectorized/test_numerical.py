@@ -9,11 +9,20 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from infradev_probe import subject
 
+from _pytest_env import subject_under_pytest  # noqa: F401 - autouse fixture
 from _ref import grpo_reference, make_batch
 
 PROBE_SECRET = "PROBE-SECRET-grpo-numerical-c4e0"
 SEED = zlib.crc32(PROBE_SECRET.encode())
+
+# The submission lives in the subject sandbox: tensors and numpy arrays (numeric, and object
+# arrays of strings) cross by value both ways, so every check below runs here, on copies.
+core_algos = subject.module("verl.trainer.ppo.core_algos")
+verl_utils = subject.module("verl.utils")
+remote_torch = subject.module("torch")
+remote_operator = subject.module("operator")
 
 # Tolerances: the estimator computes in float32 (rewards are float32 in the trainer). Scores
 # are sums of <= 48 float32 values of magnitude ~1, group sizes <= 9 and every non-constant
@@ -22,6 +31,20 @@ SEED = zlib.crc32(PROBE_SECRET.encode())
 # convention (biased std changes values by >= 6%, a missing epsilon is not the issue here).
 ATOL = 2e-4
 RTOL = 1e-4
+
+
+def _pair(out):
+    """The estimator's (advantages, returns), checked to have crossed back as real tensors."""
+    assert isinstance(out, (tuple, list)) and len(out) == 2, "an estimator returns (advantages, returns)"
+    adv, ret = out
+    assert isinstance(adv, torch.Tensor) and isinstance(ret, torch.Tensor)
+    return adv, ret
+
+
+def _remote_view(base, key):
+    """A view ``base[key]`` that lives in the subject (a copy crosses as a contiguous tensor,
+    so strided inputs have to be built there)."""
+    return subject.keep(remote_operator.getitem, subject.put(base), key)
 
 
 def _uuid_labels(rng):
@@ -48,14 +71,12 @@ def test_matches_independent_grpo_with_uuid_uids(norm):
     The official test uses only int64 numpy labels, groups of >= 2 members and the default
     norm_adv_by_std_in_grpo=True, and compares against the loop estimator rather than the
     definition."""
-    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
-
     rng = np.random.default_rng(SEED + int(norm))
     sizes = _sizes(rng, 300)
     rewards, mask, labels = make_batch(rng, sizes, seq_len=48, label_fn=_uuid_labels(rng))
     uid = np.array(labels, dtype=object)
 
-    fn = get_adv_estimator_fn("grpo_vectorized")
+    fn = core_algos.get_adv_estimator_fn("grpo_vectorized")
     kwargs = dict(
         token_level_rewards=torch.from_numpy(rewards),
         response_mask=torch.from_numpy(mask),
@@ -64,7 +85,7 @@ def test_matches_independent_grpo_with_uuid_uids(norm):
     )
     if not norm:
         kwargs["norm_adv_by_std_in_grpo"] = False
-    adv, ret = fn(**kwargs)
+    adv, ret = _pair(fn(**kwargs))
 
     expected = grpo_reference(rewards, mask, labels, norm=norm)
     assert adv.shape == ret.shape == rewards.shape
@@ -90,8 +111,6 @@ def test_constant_groups_are_finite_and_zero():
     std normalisation; the other groups in the same batch are unaffected.
 
     The official test draws Gaussian rewards, so no group ever has zero variance."""
-    from verl.trainer.ppo.core_algos import compute_grpo_vectorized_outcome_advantage
-
     rng = np.random.default_rng(SEED + 7)
     bs, seq_len, n = 96, 16, 8
     labels = [f"prompt-{i // n}" for i in range(bs)]
@@ -111,12 +130,12 @@ def test_constant_groups_are_finite_and_zero():
         rewards[idx[0], 9], rewards[idx[1], 9] = 0.0, 1.0
     uid = np.array(labels, dtype=object)
     for norm in (True, False):
-        adv, ret = compute_grpo_vectorized_outcome_advantage(
+        adv, ret = _pair(core_algos.compute_grpo_vectorized_outcome_advantage(
             token_level_rewards=torch.from_numpy(rewards),
             response_mask=torch.from_numpy(mask),
             index=uid,
             norm_adv_by_std_in_grpo=norm,
-        )
+        ))
         assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
         for i, lab in enumerate(labels):
             if lab in group_value:
@@ -135,28 +154,34 @@ def test_strided_inputs_int_mask_and_no_mutation():
     its inputs in place.
 
     The official test passes freshly allocated contiguous float tensors only."""
-    from verl.trainer.ppo.core_algos import compute_grpo_vectorized_outcome_advantage
-
     rng = np.random.default_rng(SEED + 11)
     sizes = _sizes(rng, 64)
     rewards, mask, labels = make_batch(rng, sizes, seq_len=24, label_fn=lambda g: f"q{g:04d}")
     bs = rewards.shape[0]
     wide = torch.zeros(bs, 3 * 24)
     wide[:, ::3] = torch.from_numpy(rewards)
-    rew_view = wide[:, ::3]
-    mask_view = torch.from_numpy(mask.astype(np.int64)).t().contiguous().t()
-    assert not rew_view.is_contiguous() and not mask_view.is_contiguous()
-    rew_before, mask_before = rew_view.clone(), mask_view.clone()
+    # In the subject: a column slice of a wider reward buffer, and an int64 mask whose storage
+    # is transposed (the views the trainer's TensorDict slices hand over).
+    rew_view = _remote_view(wide, (slice(None), slice(None, None, 3)))
+    mask_t = torch.from_numpy(np.ascontiguousarray(mask.astype(np.int64).T))
+    mask_view = subject.keep(remote_torch.t, subject.put(mask_t))
+    assert rew_view.is_contiguous() is False and mask_view.is_contiguous() is False
+    assert tuple(rew_view.stride()) == (72, 3) and tuple(mask_view.stride()) == (1, bs)
+    assert mask_view.dtype == torch.int64
+    rew_before, mask_before = torch.from_numpy(rewards), torch.from_numpy(mask.astype(np.int64))
 
-    adv, ret = compute_grpo_vectorized_outcome_advantage(
+    adv, ret = _pair(core_algos.compute_grpo_vectorized_outcome_advantage(
         token_level_rewards=rew_view,
         response_mask=mask_view,
         index=np.array(labels, dtype=object),
-    )
-    assert torch.equal(rew_view, rew_before) and torch.equal(mask_view, mask_before)
+    ))
+    assert torch.equal(subject.fetch(rew_view), rew_before), "token_level_rewards was modified"
+    assert torch.equal(subject.fetch(mask_view), mask_before), "response_mask was modified"
     assert adv.dtype == torch.float32 and adv.shape == (bs, 24)
-    np.testing.assert_allclose(adv.numpy(), grpo_reference(rewards, mask, labels), atol=ATOL, rtol=RTOL)
-    assert (adv[mask_view == 0] == 0).all()
+    expected = grpo_reference(rewards, mask, labels)
+    np.testing.assert_allclose(adv.numpy(), expected, atol=ATOL, rtol=RTOL)
+    np.testing.assert_allclose(ret.numpy(), expected, atol=ATOL, rtol=RTOL)
+    assert (adv[mask_before == 0] == 0).all()
 
 
 def test_group_helpers_match_definition():
@@ -168,8 +193,6 @@ def test_group_helpers_match_definition():
     with mean 0 / std 1 for groups of fewer than 2 members.
 
     The official helper tests use 3-6 hand-written labels and a single 2-member group."""
-    from verl.utils import as_torch_index, group_mean_std
-
     rng = np.random.default_rng(SEED + 23)
     n = 500
     base = rng.integers(0, 120, size=n)
@@ -181,16 +204,18 @@ def test_group_helpers_match_definition():
         "torch int": torch.from_numpy(base.astype(np.int32)),
     }
     for name, labels in variants.items():
-        g = as_torch_index(labels)
+        g = verl_utils.as_torch_index(labels)
         assert isinstance(g, torch.Tensor) and g.dtype == torch.long and g.dim() == 1, name
         assert g.numel() == n and int(g.min()) >= 0, name
         same_label = base[:, None] == base[None, :]
         same_id = (g[:, None] == g[None, :]).numpy()
         assert (same_label == same_id).all(), f"{name}: ids must partition exactly like the labels"
 
-    gidx = as_torch_index(variants["object uuids"])
+    gidx = verl_utils.as_torch_index(variants["object uuids"])
     scores = torch.from_numpy(rng.normal(loc=0.5, scale=2.0, size=n).astype(np.float32))
-    mean_g, std_g, cnt_g = group_mean_std(scores, gidx, eps=1e-6)
+    out = verl_utils.group_mean_std(scores, gidx, eps=1e-6)
+    assert isinstance(out, (tuple, list)) and len(out) == 3
+    mean_g, std_g, cnt_g = out
     G = int(gidx.max()) + 1
     for t in (mean_g, std_g, cnt_g):
         assert t.shape == (G,) and t.dtype == torch.float32
