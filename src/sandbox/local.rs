@@ -11,10 +11,9 @@ use std::sync::atomic::AtomicUsize;
 
 use tokio::io::AsyncReadExt;
 
-use super::broker::{Broker, Meter, SubjectEnd, SubjectHost, socket_dirs};
-use super::command::EVENTS_SOCKET;
+use super::broker::{Meter, SubjectEnd, SubjectHost};
 use super::{
-    CappedOutput, Layout, PhaseSpec, Role, broker_config, collect, judge_argv, official_argv,
+    CappedOutput, Layout, PhaseSpec, Role, brokered, collected, judge_argv, official_argv,
     sandbox_env, subject_argv,
 };
 use crate::grading::Kill;
@@ -78,44 +77,15 @@ impl LocalExecutor {
         spec: &PhaseSpec,
         progress: Arc<AtomicUsize>,
     ) -> (SandboxEnd, String, PhaseResults) {
-        let dir = spec.dir.join("events-socket");
-        if let Err(e) = make_dir(&dir) {
-            return (
-                infra(format!("cannot create {}: {e}", dir.display())),
-                String::new(),
-                PhaseResults::default(),
-            );
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let collector = match collect::collect(
-            &dir.join(EVENTS_SOCKET),
-            async {
-                let _ = rx.await;
-            },
-            progress,
-        )
+        collected(spec, progress, |dir| async move {
+            let layout = self.layout(spec, &dir);
+            let python = self.python.display().to_string();
+            let argv = official_argv(&python, &layout, &spec.plugins, &spec.targets);
+            let env = sandbox_env(&layout, Role::Official, spec.test_timeout_s, &spec.env);
+            self.run_confined(spec, &argv, env, &spec.repo, NOBODY)
+                .await
+        })
         .await
-        {
-            Ok(c) => tokio::spawn(c.run()),
-            Err(e) => {
-                return (
-                    infra(format!("cannot listen for results: {e}")),
-                    String::new(),
-                    PhaseResults::default(),
-                );
-            }
-        };
-        let layout = self.layout(spec, &dir);
-        let python = self.python.display().to_string();
-        let argv = official_argv(&python, &layout, &spec.plugins, &spec.targets);
-        let env = sandbox_env(&layout, Role::Official, spec.test_timeout_s, &spec.env);
-        let (end, output) = match self.spawn(spec, &argv, env, &spec.repo) {
-            Ok(child) => wait_capped(child, spec.limits.wall, spec.limits.output_bytes).await,
-            Err(e) => (infra(e), String::new()),
-        };
-        let _ = tx.send(());
-        let results = collector.await.unwrap_or_default();
-        (end, output, results)
     }
 
     /// The probe phase: a judge process and subject processes, with the broker between.
@@ -124,93 +94,63 @@ impl LocalExecutor {
         spec: &PhaseSpec,
         progress: Arc<AtomicUsize>,
     ) -> (SandboxEnd, String, PhaseResults) {
-        let (judge_dir, subject_dir) = match socket_dirs(&spec.dir) {
-            Ok(d) => d,
-            Err(e) => {
-                return (
-                    infra(format!("cannot create the socket directories: {e}")),
-                    String::new(),
-                    PhaseResults::default(),
-                );
-            }
-        };
-        let broker = match Broker::bind(&judge_dir, &subject_dir) {
-            Ok(b) => b,
-            Err(e) => {
-                return (
-                    infra(format!("cannot listen on the broker's sockets: {e}")),
-                    String::new(),
-                    PhaseResults::default(),
-                );
-            }
-        };
-        let python = self.python.display().to_string();
-        let judge_layout = self.layout(spec, &judge_dir);
-        // The subject gets a scratch directory of its own: nothing it writes lands where the
-        // judge runs.
-        let mut subject_layout = self.layout(spec, &subject_dir);
-        let subject_scratch = spec.dir.join("subject-tmp");
-        if let Err(e) = make_dir(&subject_scratch).and_then(|()| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&subject_scratch, std::fs::Permissions::from_mode(0o1777))
-        }) {
-            return (
-                infra(format!("cannot create {}: {e}", subject_scratch.display())),
-                String::new(),
-                PhaseResults::default(),
-            );
-        }
-        subject_layout.scratch = subject_scratch.display().to_string();
-        let mut subjects = LocalSubjects {
-            executor: self,
-            spec,
-            argv: subject_argv(&python, &subject_layout),
-            env: sandbox_env(
-                &subject_layout,
-                Role::Subject,
-                spec.test_timeout_s,
-                &spec.env,
-            ),
-            current: None,
-        };
-        let judge_argv = judge_argv(&python, &judge_layout, &spec.plugins, &spec.targets);
-        let judge_env = sandbox_env(&judge_layout, Role::Judge, spec.test_timeout_s, &spec.env);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let judge_run = async {
-            let scratch = spec.scratch.clone();
-            let r = match self.spawn(spec, &judge_argv, judge_env, &scratch) {
-                Ok(child) => wait_capped(child, spec.limits.wall, spec.limits.output_bytes).await,
-                Err(e) => (infra(e), String::new()),
+        brokered(spec, progress, |judge_dir, subject_dir| {
+            let python = self.python.display().to_string();
+            let judge_layout = self.layout(spec, judge_dir);
+            // The subject gets a scratch directory of its own: nothing it writes lands where
+            // the judge runs.
+            let mut subject_layout = self.layout(spec, subject_dir);
+            let subject_scratch = spec.dir.join("subject-tmp");
+            std::fs::create_dir_all(&subject_scratch)
+                .and_then(|()| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(
+                        &subject_scratch,
+                        std::fs::Permissions::from_mode(0o1777),
+                    )
+                })
+                .map_err(|e| format!("cannot create {}: {e}", subject_scratch.display()))?;
+            subject_layout.scratch = subject_scratch.display().to_string();
+            let subjects = LocalSubjects {
+                executor: self,
+                spec,
+                argv: subject_argv(&python, &subject_layout),
+                env: sandbox_env(
+                    &subject_layout,
+                    Role::Subject,
+                    spec.test_timeout_s,
+                    &spec.env,
+                ),
+                current: None,
             };
-            let _ = tx.send(());
-            r
-        };
-        let cfg = broker_config(spec, progress);
-        let ((mut end, output), brokered) = tokio::join!(
-            judge_run,
-            broker.serve(&mut subjects, &cfg, async {
-                let _ = rx.await;
-            })
-        );
-        subjects.stop().await;
-        if end.infra_error.is_none() {
-            end.infra_error = brokered.infra_error;
-        }
-        (end, output, brokered.results)
+            let argv = judge_argv(&python, &judge_layout, &spec.plugins, &spec.targets);
+            let env = sandbox_env(&judge_layout, Role::Judge, spec.test_timeout_s, &spec.env);
+            let judge = async move {
+                self.run_confined(spec, &argv, env, &spec.scratch, NOBODY)
+                    .await
+            };
+            Ok((subjects, judge))
+        })
+        .await
     }
 
-    /// Starts one confined process (its own process group, rlimits, and as root a private
-    /// network namespace and the `nobody` user).
-    fn spawn(
+    /// Runs one confined process to its end (or its wall clock).
+    async fn run_confined(
         &self,
         spec: &PhaseSpec,
         argv: &[String],
         env: Vec<(String, String)>,
         cwd: &Path,
-    ) -> Result<tokio::process::Child, String> {
-        self.spawn_as(spec, argv, env, cwd, NOBODY)
+        uid: libc::uid_t,
+    ) -> (SandboxEnd, String) {
+        match self.spawn_as(spec, argv, env, cwd, uid) {
+            Ok(child) => wait_capped(child, spec.limits.wall, spec.limits.output_bytes).await,
+            Err(e) => (infra(e), String::new()),
+        }
     }
 
+    /// Starts one confined process (its own process group, rlimits, and as root a private
+    /// network namespace and user `uid`).
     fn spawn_as(
         &self,
         spec: &PhaseSpec,
@@ -305,12 +245,6 @@ fn kill_group(pgid: Option<libc::pid_t>) {
         // SAFETY: killpg with a process group we created; errors (already gone) are fine.
         unsafe { libc::killpg(pgid, libc::SIGKILL) };
     }
-}
-
-fn make_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
 }
 
 /// The subject processes of one probe phase.

@@ -126,5 +126,94 @@ pub(crate) fn broker_config(spec: &PhaseSpec, progress: Arc<AtomicUsize>) -> bro
     }
 }
 
+/// The official phase around one sandbox run: the results socket in its own directory (given
+/// to `run`, which mounts or passes it), the collector, and the run itself.
+pub(crate) async fn collected<Fut>(
+    spec: &PhaseSpec,
+    progress: Arc<AtomicUsize>,
+    run: impl FnOnce(PathBuf) -> Fut,
+) -> (SandboxEnd, String, PhaseResults)
+where
+    Fut: std::future::Future<Output = (SandboxEnd, String)>,
+{
+    let dir = spec.dir.join("events-socket");
+    if let Err(e) = private_dir(&dir) {
+        return failed(format!("cannot create {}: {e}", dir.display()));
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let ended = async {
+        let _ = rx.await;
+    };
+    let collector = match collect::collect(&dir.join(command::EVENTS_SOCKET), ended, progress).await
+    {
+        Ok(c) => tokio::spawn(c.run()),
+        Err(e) => return failed(format!("cannot listen for results: {e}")),
+    };
+    let (end, output) = run(dir).await;
+    let _ = tx.send(());
+    let results = collector.await.unwrap_or_default();
+    (end, output, results)
+}
+
+/// The probe phase: the two socket directories, the broker, and the judge run beside it.
+/// `setup` gets the judge's and the subject's socket directories and returns the subject
+/// host and the judge's run.
+pub(crate) async fn brokered<H, Fut>(
+    spec: &PhaseSpec,
+    progress: Arc<AtomicUsize>,
+    setup: impl FnOnce(&std::path::Path, &std::path::Path) -> Result<(H, Fut), String>,
+) -> (SandboxEnd, String, PhaseResults)
+where
+    H: broker::SubjectHost,
+    Fut: std::future::Future<Output = (SandboxEnd, String)>,
+{
+    let (judge_dir, subject_dir) = match broker::socket_dirs(&spec.dir) {
+        Ok(d) => d,
+        Err(e) => return failed(format!("cannot create the socket directories: {e}")),
+    };
+    let broker = match broker::Broker::bind(&judge_dir, &subject_dir) {
+        Ok(b) => b,
+        Err(e) => return failed(format!("cannot listen on the broker's sockets: {e}")),
+    };
+    let (mut host, judge) = match setup(&judge_dir, &subject_dir) {
+        Ok(s) => s,
+        Err(e) => return failed(e),
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let judge_run = async {
+        let r = judge.await;
+        let _ = tx.send(());
+        r
+    };
+    let judge_exited = async {
+        let _ = rx.await;
+    };
+    let cfg = broker_config(spec, progress);
+    let ((mut end, output), brokered) =
+        tokio::join!(judge_run, broker.serve(&mut host, &cfg, judge_exited));
+    host.stop().await;
+    if end.infra_error.is_none() {
+        end.infra_error = brokered.infra_error;
+    }
+    (end, output, brokered.results)
+}
+
+/// A phase that could not start: our fault.
+pub(crate) fn failed(message: String) -> (SandboxEnd, String, PhaseResults) {
+    let end = SandboxEnd {
+        exit_code: None,
+        kill: None,
+        infra_error: Some(message),
+    };
+    (end, String::new(), PhaseResults::default())
+}
+
+/// A directory the sandbox user can traverse but not write.
+pub(crate) fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+}
+
 /// How long a sandbox may take from its start to its hello.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(120);

@@ -24,9 +24,9 @@ use futures_util::StreamExt;
 use super::image::EnvImage;
 use crate::grading::Kill;
 use crate::results::{PhaseResults, SandboxEnd};
-use crate::sandbox::broker::{Broker, Meter, SubjectEnd, SubjectHost, socket_dirs};
-use crate::sandbox::command::{EVENTS_SOCKET, Role, judge_argv, official_argv, subject_argv};
-use crate::sandbox::{CappedOutput, Layout, PhaseSpec, broker_config, collect, sandbox_env};
+use crate::sandbox::broker::{Meter, SubjectEnd, SubjectHost};
+use crate::sandbox::command::{Role, judge_argv, official_argv, subject_argv};
+use crate::sandbox::{CappedOutput, Layout, PhaseSpec, brokered, collected, sandbox_env};
 use crate::task::Gpus;
 
 /// Labels on every container we create, so the reaper can find orphans.
@@ -73,53 +73,25 @@ impl DockerExecutor {
         spec: &PhaseSpec,
         progress: Arc<AtomicUsize>,
     ) -> (SandboxEnd, String, PhaseResults) {
-        let dir = spec.dir.join("events-socket");
-        if let Err(e) = make_socket_dir(&dir) {
-            return (
-                infra(format!("cannot create {}: {e}", dir.display())),
-                String::new(),
-                PhaseResults::default(),
+        collected(spec, progress, |dir| async move {
+            let layout = Layout::container(false);
+            let mounts = vec![
+                bind(&spec.repo, &layout.repo, true),
+                bind(&spec.lib, &layout.lib, true),
+                bind(&spec.spec_file, &layout.spec, true),
+                bind(&dir, &layout.socket_dir, true),
+            ];
+            let body = container_body(
+                spec,
+                &self.image.tag,
+                official_argv("python3", &layout, &spec.plugins, &spec.targets),
+                sandbox_env(&layout, Role::Official, spec.test_timeout_s, &spec.env),
+                mounts,
+                &layout.repo,
             );
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let collector = match collect::collect(
-            &dir.join(EVENTS_SOCKET),
-            async {
-                let _ = rx.await;
-            },
-            progress,
-        )
+            self.run_container(&name(spec, "tests"), body, spec).await
+        })
         .await
-        {
-            Ok(c) => tokio::spawn(c.run()),
-            Err(e) => {
-                return (
-                    infra(format!("cannot listen for results: {e}")),
-                    String::new(),
-                    PhaseResults::default(),
-                );
-            }
-        };
-        let layout = Layout::container(false);
-        let mut mounts = vec![
-            bind(&spec.repo, &layout.repo, true),
-            bind(&spec.lib, &layout.lib, true),
-            bind(&spec.spec_file, &layout.spec, true),
-            bind(&dir, &layout.socket_dir, true),
-        ];
-        mounts.sort_by(|a, b| a.target.cmp(&b.target));
-        let body = container_body(
-            spec,
-            &self.image.tag,
-            official_argv("python3", &layout, &spec.plugins, &spec.targets),
-            sandbox_env(&layout, Role::Official, spec.test_timeout_s, &spec.env),
-            mounts,
-            &layout.repo,
-        );
-        let (end, output) = self.run_container(&name(spec, "tests"), body, spec).await;
-        let _ = tx.send(());
-        let results = collector.await.unwrap_or_default();
-        (end, output, results)
     }
 
     /// The probe phase: a judge container and subject containers, with the broker between.
@@ -128,89 +100,49 @@ impl DockerExecutor {
         spec: &PhaseSpec,
         progress: Arc<AtomicUsize>,
     ) -> (SandboxEnd, String, PhaseResults) {
-        let (judge_dir, subject_dir) = match socket_dirs(&spec.dir) {
-            Ok(d) => d,
-            Err(e) => {
-                return (
-                    infra(format!("cannot create the socket directories: {e}")),
-                    String::new(),
-                    PhaseResults::default(),
-                );
-            }
-        };
-        let broker = match Broker::bind(&judge_dir, &subject_dir) {
-            Ok(b) => b,
-            Err(e) => {
-                return (
-                    infra(format!("cannot listen on the broker's sockets: {e}")),
-                    String::new(),
-                    PhaseResults::default(),
-                );
-            }
-        };
-        let layout = Layout::container(true);
-        let Some(probes) = &spec.probes else {
-            return (
-                infra("a probe phase without probes".into()),
-                String::new(),
-                PhaseResults::default(),
-            );
-        };
-        let mut judge_mounts = vec![
-            bind(
-                probes,
-                layout.probes.as_deref().unwrap_or("/infradev/probes"),
-                true,
-            ),
-            bind(&spec.lib, &layout.lib, true),
-            bind(&spec.lib.join("subject"), &layout.subject_lib, true),
-            bind(&judge_dir, &layout.socket_dir, true),
-        ];
-        judge_mounts.sort_by(|a, b| a.target.cmp(&b.target));
-        let judge = container_body(
-            spec,
-            &self.image.tag,
-            judge_argv("python3", &layout, &spec.plugins, &spec.targets),
-            sandbox_env(&layout, Role::Judge, spec.test_timeout_s, &spec.env),
-            judge_mounts,
-            &layout.scratch,
-        );
-        let subject = container_body(
-            spec,
-            &self.image.tag,
-            subject_argv("python3", &layout),
-            sandbox_env(&layout, Role::Subject, spec.test_timeout_s, &spec.env),
-            vec![
-                bind(&spec.repo, &layout.repo, true),
+        brokered(spec, progress, |judge_dir, subject_dir| {
+            let layout = Layout::container(true);
+            let (Some(probes), Some(probes_target)) = (&spec.probes, &layout.probes) else {
+                return Err("a probe phase without probes".to_owned());
+            };
+            let judge_mounts = vec![
+                bind(probes, probes_target, true),
+                bind(&spec.lib, &layout.lib, true),
                 bind(&spec.lib.join("subject"), &layout.subject_lib, true),
-                bind(&subject_dir, &layout.socket_dir, true),
-            ],
-            &layout.repo,
-        );
-        let mut subjects = DockerSubjects {
-            docker: &self.docker,
-            body: subject,
-            prefix: name(spec, "subject"),
-            current: None,
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let judge_run = async {
-            let r = self.run_container(&name(spec, "judge"), judge, spec).await;
-            let _ = tx.send(());
-            r
-        };
-        let cfg = broker_config(spec, progress);
-        let ((mut end, output), brokered) = tokio::join!(
-            judge_run,
-            broker.serve(&mut subjects, &cfg, async {
-                let _ = rx.await;
-            })
-        );
-        subjects.stop().await;
-        if end.infra_error.is_none() {
-            end.infra_error = brokered.infra_error;
-        }
-        (end, output, brokered.results)
+                bind(judge_dir, &layout.socket_dir, true),
+            ];
+            let judge = container_body(
+                spec,
+                &self.image.tag,
+                judge_argv("python3", &layout, &spec.plugins, &spec.targets),
+                sandbox_env(&layout, Role::Judge, spec.test_timeout_s, &spec.env),
+                judge_mounts,
+                &layout.scratch,
+            );
+            let subject = container_body(
+                spec,
+                &self.image.tag,
+                subject_argv("python3", &layout),
+                sandbox_env(&layout, Role::Subject, spec.test_timeout_s, &spec.env),
+                vec![
+                    bind(&spec.repo, &layout.repo, true),
+                    bind(&spec.lib.join("subject"), &layout.subject_lib, true),
+                    bind(subject_dir, &layout.socket_dir, true),
+                ],
+                &layout.repo,
+            );
+            let subjects = DockerSubjects {
+                docker: &self.docker,
+                body: subject,
+                prefix: name(spec, "subject"),
+                current: None,
+            };
+            let judge_name = name(spec, "judge");
+            Ok((subjects, async move {
+                self.run_container(&judge_name, judge, spec).await
+            }))
+        })
+        .await
     }
 
     /// Creates, starts and waits for one container; removes it afterwards.
@@ -416,12 +348,6 @@ impl SubjectHost for DockerSubjects<'_> {
 
 fn name(spec: &PhaseSpec, role: &str) -> String {
     format!("infradev-{}-{role}", spec.run_id).to_lowercase()
-}
-
-fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
 }
 
 fn infra(message: String) -> SandboxEnd {
