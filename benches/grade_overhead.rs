@@ -136,7 +136,7 @@ fn main() {
 }
 
 /// Calls the second probe makes to the subject, to price one brokered round trip.
-const CALLS: usize = 5000;
+const CALLS: usize = 1000;
 
 /// A root with one probe-only task, a two-commit repository, and the real runners/.
 fn setup(root: &Path, dir: &Path) -> (PathBuf, PathBuf, String) {

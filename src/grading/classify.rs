@@ -95,12 +95,21 @@ fn unqualify_builtin(exception: &str) -> &str {
 fn exception_category(exception: &str, message: &str, test: &TestEvidence) -> Option<Category> {
     let has = |fragments: &[&str]| fragments.iter().any(|f| message.contains(f));
     let category = match exception {
-        "infradev_pytest.TestTimeout" | "infradev_pytest.TimeBudgetExceeded" => Category::Time,
+        "infradev_pytest.TestTimeout"
+        | "infradev_pytest.TimeBudgetExceeded"
+        | "infradev.TestTimeout"
+        | "infradev.SubjectTimeout"
+        | "infradev.TimeBudgetExceeded" => Category::Time,
         "infradev_pytest.MemoryBudgetExceeded"
+        | "infradev.MemoryBudgetExceeded"
+        | "infradev.SubjectOutOfMemory"
         | "MemoryError"
         | "torch.OutOfMemoryError"
         | "torch.cuda.OutOfMemoryError" => Category::Memory,
-        "infradev_pytest.TrafficBudgetExceeded" => Category::Traffic,
+        "infradev_pytest.TrafficBudgetExceeded" | "infradev.TrafficBudgetExceeded" => {
+            Category::Traffic
+        }
+        "infradev.MissingInterface" => Category::Structural,
         "SyntaxError" | "IndentationError" | "TabError" => Category::Build,
         "ModuleNotFoundError" if test.during_collection => Category::Build,
         "ImportError" if message.starts_with("cannot import name") => Category::Structural,
@@ -195,6 +204,14 @@ mod tests {
             ("memory exc", Some("infradev_pytest.MemoryBudgetExceeded"), "", none, Memory),
             ("time exc", Some("infradev_pytest.TimeBudgetExceeded"), "", none, Time),
             ("traffic exc", Some("infradev_pytest.TrafficBudgetExceeded"), "", none, Traffic),
+            // the judge's and the broker's names in the probe phase, with no message
+            ("judge timeout", Some("infradev.TestTimeout"), "", none, Time),
+            ("subject timeout", Some("infradev.SubjectTimeout"), "", none, Time),
+            ("broker time", Some("infradev.TimeBudgetExceeded"), "", none, Time),
+            ("broker memory", Some("infradev.MemoryBudgetExceeded"), "", none, Memory),
+            ("subject oom", Some("infradev.SubjectOutOfMemory"), "", none, Memory),
+            ("broker traffic", Some("infradev.TrafficBudgetExceeded"), "", none, Traffic),
+            ("missing interface", Some("infradev.MissingInterface"), "", none, Structural),
             ("MemoryError", Some("MemoryError"), "", none, Memory),
             ("builtins.MemoryError", Some("builtins.MemoryError"), "", none, Memory),
             ("torch oom", Some("torch.OutOfMemoryError"), "CUDA out of memory", none, Memory),
