@@ -360,8 +360,8 @@ impl Drop for Permit {
 }
 
 /// Polls the log files of every running sandbox container (label `org.infradev.managed`)
-/// and keeps the largest size seen. `None` when no log file could be read (a remote daemon,
-/// or no permission on its data directory).
+/// and keeps the largest size seen: the json-file itself when this process may read the
+/// daemon's data directory, else what `docker logs` serves. `None` when neither worked.
 struct DockerLogWatcher {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Option<u64>>,
@@ -382,14 +382,25 @@ impl DockerLogWatcher {
                     "--filter",
                     "label=org.infradev.managed=true",
                 ]);
+                let mut through_daemon = false;
                 for id in ids.split_whitespace() {
                     let path = docker_out(&["inspect", "-f", "{{.LogPath}}", id]);
                     if let Ok(meta) = std::fs::metadata(path.trim()) {
                         readable = true;
                         max.fetch_max(meta.len(), Ordering::SeqCst);
+                    } else if let Ok(out) = Command::new("docker").args(["logs", id]).output() {
+                        // The daemon's files are not ours to read: what it serves is the log.
+                        readable = true;
+                        through_daemon = true;
+                        let n = (out.stdout.len() + out.stderr.len()) as u64;
+                        max.fetch_max(n, Ordering::SeqCst);
                     }
                 }
-                std::thread::sleep(Duration::from_millis(150));
+                std::thread::sleep(Duration::from_millis(if through_daemon {
+                    1000
+                } else {
+                    150
+                }));
             }
             readable.then(|| max.load(Ordering::SeqCst))
         });
