@@ -3,11 +3,17 @@ update_num_microbatches() calls that training makes, reconfiguration after a cha
 data-parallel size, the deprecated rampup argument, and argument conflicts."""
 # INFRADEV-PROBE-CANARY-e932458063d5
 
+import contextlib
 import logging
 
 import pytest
+from infradev_probe import subject
 
-import megatron.core.num_microbatches_calculator as mbc
+# The submission runs in the subject sandbox; `mbc` is a proxy for its module, whose global
+# calculator lives there too.
+mbc = subject.module("megatron.core.num_microbatches_calculator")
+remote_logging = subject.module("logging")
+remote_io = subject.module("io")
 
 
 @pytest.fixture(autouse=True)
@@ -15,6 +21,27 @@ def _clean_global():
     mbc.unset_num_microbatches_calculator()
     yield
     mbc.unset_num_microbatches_calculator()
+
+
+@contextlib.contextmanager
+def _subject_warnings():
+    """caplog.at_level(logging.WARNING), in the subject: a handler on the subject's root
+    logger writes every WARNING-or-above record's message to a StringIO living there; the
+    root level is WARNING meanwhile. Yields a function returning the text captured so far."""
+    root = remote_logging.getLogger()
+    level = root.level
+    stream = remote_io.StringIO()
+    handler = remote_logging.StreamHandler(stream)
+    handler.setLevel(logging.WARNING)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    generation = subject.generation
+    try:
+        yield stream.getvalue
+    finally:
+        if subject.generation == generation:
+            root.removeHandler(handler)
+            root.setLevel(level)
 
 
 def test_training_loop_through_module_functions():
@@ -31,8 +58,8 @@ def test_training_loop_through_module_functions():
     mbc.init_num_microbatches_calculator(
         rank=0, global_batch_size=None, micro_batch_size=2, data_parallel_size=4,
         step_batch_size_schedule="0:16 2M:32 10M:64", seq_length=1000)
-    assert isinstance(mbc._GLOBAL_NUM_MICROBATCHES_CALCULATOR,
-                      mbc.StepBatchsizeNumMicroBatchesCalculator)
+    assert subject.isinstance(mbc._GLOBAL_NUM_MICROBATCHES_CALCULATOR,
+                              mbc.StepBatchsizeNumMicroBatchesCalculator) is True
     consumed, seen = 0, []
     while consumed < 20_000:
         bs = mbc.get_current_global_batch_size()
@@ -57,7 +84,7 @@ def test_training_loop_through_module_functions():
     assert mbc.get_current_running_global_batch_size() == 64
 
 
-def test_deprecated_rampup_and_conflicts(caplog):
+def test_deprecated_rampup_and_conflicts():
     """Requirement: rampup_batch_size is deprecated and ignored: passing it logs a warning
     mentioning the deprecation on rank 0 and yields a constant calculator for
     global_batch_size; a step schedule together with decrease_batch_size_if_needed=True raises
@@ -66,13 +93,14 @@ def test_deprecated_rampup_and_conflicts(caplog):
 
     The official tests never pass rampup_batch_size and never call
     init_num_microbatches_calculator with a schedule."""
-    with caplog.at_level(logging.WARNING):
+    with _subject_warnings() as captured:
         mbc.init_num_microbatches_calculator(
             rank=0, rampup_batch_size=[16, 16, 1000], global_batch_size=64,
             micro_batch_size=2, data_parallel_size=4)
-    assert any("deprecat" in r.getMessage().lower() for r in caplog.records), caplog.text
+        text = captured()
+    assert isinstance(text, str) and "deprecat" in text.lower(), "no deprecation warning logged"
     calc = mbc._GLOBAL_NUM_MICROBATCHES_CALCULATOR
-    assert isinstance(calc, mbc.ConstantNumMicroBatchesCalculator)
+    assert subject.isinstance(calc, mbc.ConstantNumMicroBatchesCalculator) is True
     for consumed in (0, 500, 5000):
         mbc.update_num_microbatches(consumed, consistency_check=True)
         assert mbc.get_current_global_batch_size() == 64

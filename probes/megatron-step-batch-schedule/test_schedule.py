@@ -7,9 +7,11 @@ sequences of update() calls."""
 import random
 import zlib
 
-import pytest
+from infradev_probe import subject
 
-import megatron.core.num_microbatches_calculator as mbc
+# The submission runs in the subject sandbox; `mbc` is a proxy for its module and each
+# calculator a handle to an object living there.
+mbc = subject.module("megatron.core.num_microbatches_calculator")
 
 PROBE_SECRET = "PROBE-SECRET-step-schedule-77d2"
 SEED = zlib.crc32(PROBE_SECRET.encode())
@@ -113,27 +115,46 @@ def test_long_update_sequence_matches_model():
             entries.append((t, bs))
         rng.shuffle(parts)
         calc = _make(" ".join(parts), mbs=mbs, dp=dp, seq_length=seq_length)
+        # The 400 steps do not depend on the calculator's answers, so they are sent in one
+        # batch (one round trip; every request runs, in order, whatever the others did) and
+        # checked step by step afterwards, exactly as if they had been made one at a time.
+        steps = []
         consumed = 0
-        for _ in range(400):
-            if rng.random() < 0.05:
-                consumed = rng.randrange(0, consumed + 1)
-            else:
-                consumed += rng.choice([0, 1, unit, rng.randrange(1, 5000)])
-            want = _expected_bs(entries, consumed)
-            divisible = want % unit == 0
-            if rng.random() < 0.5:
-                if divisible:
-                    calc.update(consumed, consistency_check=True)
+        with subject.batch() as b:
+            for _ in range(400):
+                if rng.random() < 0.05:
+                    consumed = rng.randrange(0, consumed + 1)
                 else:
-                    with pytest.raises(AssertionError):
-                        calc.update(consumed, consistency_check=True)
-                    calc.update(consumed, consistency_check=False)
-            else:
-                calc.update(consumed, consistency_check=False)
-            assert calc.get_current_global_batch_size() == want, f"consumed={consumed}"
-            assert calc.get_current_running_global_batch_size() == want
-            assert calc.get() == want // unit
-            assert calc.get_micro_batch_size() == mbs
+                    consumed += rng.choice([0, 1, unit, rng.randrange(1, 5000)])
+                want = _expected_bs(entries, consumed)
+                divisible = want % unit == 0
+                updates = []  # (batch item, whether it must raise AssertionError)
+                if rng.random() < 0.5:
+                    updates.append((b.call(calc.update, consumed, consistency_check=True),
+                                    not divisible))
+                    if not divisible:
+                        updates.append((b.call(calc.update, consumed, consistency_check=False),
+                                        False))
+                else:
+                    updates.append((b.call(calc.update, consumed, consistency_check=False), False))
+                steps.append((consumed, want, updates, (
+                    b.call(calc.get_current_global_batch_size),
+                    b.call(calc.get_current_running_global_batch_size),
+                    b.call(calc.get),
+                    b.call(calc.get_micro_batch_size),
+                )))
+        for consumed, want, updates, (gbs, running, nmb, mbs_now) in steps:
+            for item, must_raise in updates:
+                if must_raise:
+                    assert isinstance(item.error, AssertionError), (
+                        f"consumed={consumed}: update(consistency_check=True) accepted batch size "
+                        f"{want}, not divisible by {unit}")
+                else:
+                    item.value  # noqa: B018 - raises the subject's error, if any
+            assert gbs.value == want, f"consumed={consumed}"
+            assert running.value == want
+            assert nmb.value == want // unit
+            assert mbs_now.value == mbs
         # And exactly at every converted threshold and the sample before it.
         for t, _ in entries:
             for c in (t - 1, t) if t else (0,):

@@ -5,8 +5,12 @@ size is refused for step schedules."""
 # INFRADEV-PROBE-CANARY-b55de104f50a
 
 import pytest
+from infradev_probe import subject
 
-import megatron.core.num_microbatches_calculator as mbc
+# The submission runs in the subject sandbox; `mbc` is a proxy for its module. Its exceptions
+# come back as local exceptions that are instances of the builtin base (AssertionError,
+# ValueError...), so `except` and `pytest.raises` work as on a local call.
+mbc = subject.module("megatron.core.num_microbatches_calculator")
 
 BAD = [
     ("100:16 1000:32", None, "first threshold is not 0"),
