@@ -4,7 +4,13 @@
 //! not proof: code under test can rewrite pytest's reports. Each grade plants a file of two
 //! tests with per-run random names and numbers beside the first official test file: one
 //! that must pass and one that must fail. A report hook that turns failures into passes
-//! (or the reverse) contradicts a canary, and the grade is `tampered`.
+//! (or the reverse) contradicts a canary, and the grade is `tampered`; so do results without
+//! the canaries (which run first) and a test reported twice with different outcomes (frames
+//! forged beside the plugin's).
+//!
+//! What canaries cannot catch: code that rewrites only the official tests' reports inside
+//! the process and runs everything else honestly. The official phase is evidence; the probes,
+//! which run where the submission cannot reach, decide.
 
 use crate::grading::{Kill, Outcome};
 use crate::results::{PhaseResults, SandboxEnd};
@@ -66,15 +72,21 @@ impl Canaries {
     /// Why the results contradict the canaries, if they do. Results that name neither (the
     /// phase died first, or never ran) say nothing either way.
     pub fn check(&self, results: &PhaseResults, end: &SandboxEnd) -> Option<String> {
+        if results.conflict().is_some() {
+            return Some("a test was reported twice, with different outcomes".to_owned());
+        }
         let of = |name: &str| results.find_result(&format!("::{name}"));
         let (pass, fail) = (of(&self.must_pass), of(&self.must_fail));
-        if pass.is_none() && fail.is_none() {
-            return None;
-        }
         let killed = matches!(
             end.kill,
             Some(Kill::TimedOut | Kill::OutOfMemory | Kill::Crashed)
         );
+        if pass.is_none() && fail.is_none() {
+            // The planted tests run first: results without them were not written by the run.
+            return (results.n_results() > 0 && !killed).then(|| {
+                "tests were reported but the planted ones, which run first, were not".to_owned()
+            });
+        }
         use Outcome::{Failed, Passed, Skipped};
         match (pass, fail) {
             // The repository's own configuration skips everything there: no evidence.
@@ -147,6 +159,16 @@ mod tests {
             "a kill can end a phase between the two"
         );
         assert_eq!(c.check(&results(&[]), &ok), None);
+        let forged_then_exit = results(&[("tests/test_x.py::test_official", "passed")]);
+        assert!(c.check(&forged_then_exit, &ok).unwrap().contains("planted"));
+        assert_eq!(c.check(&forged_then_exit, &killed), None);
+        let reported_twice = results(&[
+            ("tests/test_x.py::test_official", "passed"),
+            (&id(&c.must_pass), "passed"),
+            (&id(&c.must_fail), "failed"),
+            ("tests/test_x.py::test_official", "failed"),
+        ]);
+        assert!(c.check(&reported_twice, &ok).unwrap().contains("twice"));
         let all_skipped = results(&[
             (&id(&c.must_pass), "skipped"),
             (&id(&c.must_fail), "skipped"),

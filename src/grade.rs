@@ -171,7 +171,11 @@ pub async fn grade_submission(
         submission: SubmissionRef {
             repo: req.repo.display().to_string(),
             head: ws.head.clone(),
-            changed_files: prepared.changed_files,
+            changed_files: prepared
+                .changed_files
+                .iter()
+                .map(|p| crate::report::safe_path(p))
+                .collect(),
         },
         executor: executor_name.to_owned(),
         executor_limits: limitations,
@@ -179,8 +183,8 @@ pub async fn grade_submission(
             .flags
             .into_iter()
             .map(|f| crate::report::GuardFlag {
-                path: f.path,
-                reason: f.reason,
+                path: crate::report::safe_path(&f.path),
+                reason: crate::report::safe_path(&f.reason),
             })
             .collect(),
         apply_error: prepared.apply_error,
@@ -244,9 +248,9 @@ fn prepare_tree(ws: &Workspace, task: &Task) -> Result<PreparedTree, GradeError>
             continue; // Restored from the reference below.
         }
         let path = ws.repo.join(&change.path);
-        let head = std::fs::read_to_string(&path).ok();
+        let head = crate::workspace::read_tree_file(&path);
         let reference = ws.read_at(&task.reference_commit, &change.path);
-        if head == reference && (head.is_some() || !path.exists()) {
+        if head == reference && (head.is_some() || path.symlink_metadata().is_err()) {
             continue; // The upstream change itself made this edit (or deletion).
         }
         let base = ws.read_at(&task.base_commit, &change.path);

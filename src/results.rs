@@ -78,6 +78,8 @@ pub struct PhaseResults {
     /// The infra boundary: our side was up before submission code could run.
     ready: bool,
     events: usize,
+    /// The first test reported twice with different outcomes.
+    conflict: Option<String>,
 }
 
 /// Events kept per phase; a sandbox cannot make the host hold more.
@@ -223,7 +225,16 @@ impl PhaseResults {
                     "skipped" => Outcome::Skipped,
                     _ => Outcome::Failed,
                 };
-                self.results.entry(cap(nodeid, MAX_ID)).or_insert(Reported {
+                let nodeid = cap(nodeid, MAX_ID);
+                if let Some(earlier) = self.results.get(&nodeid)
+                    && earlier.outcome != outcome
+                    && self.conflict.is_none()
+                {
+                    // The plugin reports each test once: two different outcomes for one test
+                    // mean something else in the sandbox reported too.
+                    self.conflict = Some(nodeid.clone());
+                }
+                self.results.entry(nodeid).or_insert(Reported {
                     outcome,
                     exception: exc_type.map(|e| allowed_exception(&e).to_owned()),
                     message: message.map(|m| cap(m, MAX_MESSAGE)),
@@ -270,6 +281,11 @@ impl PhaseResults {
         if kill.is_some() {
             r.kill = kill;
         }
+    }
+
+    /// A test reported twice with different outcomes, if any (for the tampering check).
+    pub fn conflict(&self) -> Option<&str> {
+        self.conflict.as_deref()
     }
 
     /// The reported outcome of a test (for the canaries).

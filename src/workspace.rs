@@ -159,7 +159,8 @@ impl Workspace {
             git(&self.repo, &["checkout", "--quiet", commit, "--", path])?;
         } else {
             let full = self.repo.join(path);
-            if full.exists() {
+            // A dangling symlink does not `exist`, but it is there and must go too.
+            if full.symlink_metadata().is_ok() {
                 std::fs::remove_file(&full)
                     .with_context(|| format!("cannot remove {}", full.display()))?;
             }
@@ -187,3 +188,31 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
         .trim_end_matches('\n')
         .to_owned())
 }
+
+/// What a path of the work tree holds, for comparing versions of it, without following a
+/// symlink (its target is read as its content, as git stores it) and without reading more
+/// than `MAX_COMPARED` bytes (a larger file, a device or a FIFO is a marker, never read).
+pub fn read_tree_file(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let meta = path.symlink_metadata().ok()?;
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(path).ok()?;
+        return Some(format!("symlink -> {}", target.display()));
+    }
+    if !meta.file_type().is_file() {
+        return Some("not a regular file".to_owned());
+    }
+    if meta.len() > MAX_COMPARED {
+        return Some(format!("a file of {} bytes", meta.len()));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_COMPARED)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// The most of a file the guard reads.
+const MAX_COMPARED: u64 = 4 << 20;

@@ -77,3 +77,32 @@ pub struct PhaseReport {
 pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
+
+/// A path the submission named (a changed or flagged file), fit to show anywhere: control
+/// characters become U+FFFD, and a leading `:` gets `./` before it so no rendering of it,
+/// however extracted, starts a line with a workflow command. At most 300 characters.
+pub fn safe_path(path: &str) -> String {
+    let mut out: String = path
+        .chars()
+        .take(300)
+        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+        .collect();
+    if out.starts_with(':') {
+        out.insert_str(0, "./");
+    }
+    out
+}
+
+#[cfg(test)]
+mod safe_path_tests {
+    #[test]
+    fn submission_paths_carry_no_escapes_or_commands() {
+        assert_eq!(super::safe_path("a/b.py"), "a/b.py");
+        assert_eq!(super::safe_path("x\u{1b}[31m\n"), "x\u{FFFD}[31m\u{FFFD}");
+        assert_eq!(
+            super::safe_path("::stop-commands::p"),
+            "./::stop-commands::p"
+        );
+        assert_eq!(super::safe_path(&"a".repeat(400)).len(), 300);
+    }
+}

@@ -26,6 +26,8 @@ use crate::task::Budget;
 
 /// Frames from the judge (requests may carry tensors).
 const MAX_JUDGE_FRAME: usize = 64 << 20;
+/// How long a connection may take to send its hello once accepted.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A hello is small.
 const MAX_HELLO: usize = 4096;
 /// The socket file names, each in a directory of its own.
@@ -78,15 +80,18 @@ pub struct Brokered {
 pub struct Broker {
     judge: UnixListener,
     subject: UnixListener,
+    subject_path: PathBuf,
 }
 
 impl Broker {
     /// Binds `judge.sock` in `judge_dir` and `subject.sock` in `subject_dir` (two directories,
     /// each mounted into one sandbox only), connectable by the sandbox user.
     pub fn bind(judge_dir: &Path, subject_dir: &Path) -> std::io::Result<Broker> {
+        let subject_path = subject_dir.join(SUBJECT_SOCKET);
         Ok(Broker {
             judge: listen(&judge_dir.join(JUDGE_SOCKET))?,
-            subject: listen(&subject_dir.join(SUBJECT_SOCKET))?,
+            subject: listen(&subject_path)?,
+            subject_path,
         })
     }
 
@@ -99,6 +104,7 @@ impl Broker {
     ) -> Brokered {
         let mut session = Session {
             listener: self.subject,
+            listener_path: self.subject_path,
             host,
             cfg,
             subject: None,
@@ -208,6 +214,7 @@ struct TestRun {
 
 struct Session<'a, H: SubjectHost> {
     listener: UnixListener,
+    listener_path: PathBuf,
     host: &'a mut H,
     cfg: &'a BrokerConfig,
     subject: Option<SubjectConn>,
@@ -252,27 +259,30 @@ impl<H: SubjectHost> Session<'_, H> {
         self.generation += 1;
         let generation = self.generation;
         self.out.subjects = generation;
+        // A listener of its own for each subject: connections an earlier subject left queued
+        // (a submission can open as many as it likes) die with the old listener.
+        if generation > 1 {
+            self.listener = listen(&self.listener_path)
+                .map_err(|e| format!("cannot listen on the subject's socket: {e}"))?;
+        }
         self.host.start(generation).await?;
+        let listener = &self.listener;
         let accepted = tokio::time::timeout(self.cfg.startup_timeout, async {
-            let (stream, _) = self
-                .listener
-                .accept()
-                .await
-                .map_err(|e| format!("cannot accept the subject's connection: {e}"))?;
-            let (mut reader, mut writer) = stream.into_split();
-            let hello = read_frame(&mut reader, MAX_HELLO)
-                .await
-                .map_err(|e| format!("the subject sandbox sent no hello: {e}"))?;
-            if hello.get("op").and_then(Value::as_str) != Some("hello") {
-                return Err("the subject sandbox's first message was not a hello".to_owned());
+            loop {
+                let (stream, _) = listener
+                    .accept()
+                    .await
+                    .map_err(|e| format!("cannot accept the subject's connection: {e}"))?;
+                let (mut reader, mut writer) = stream.into_split();
+                let hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, MAX_HELLO)).await;
+                if !matches!(&hello, Ok(Ok(h)) if h.get("op").and_then(Value::as_str) == Some("hello")) {
+                    continue; // not our server's connection: the next one may be
+                }
+                let welcome = json!({"op": "welcome", "generation": generation});
+                if write_frame(&mut writer, &welcome).await.is_ok() {
+                    return Ok::<_, String>((reader, writer));
+                }
             }
-            write_frame(
-                &mut writer,
-                &json!({"op": "welcome", "generation": generation}),
-            )
-            .await
-            .map_err(|e| format!("cannot welcome the subject: {e}"))?;
-            Ok::<_, String>((reader, writer))
         })
         .await
         .map_err(|_| "the subject sandbox did not say hello in time".to_owned())?;
@@ -337,6 +347,13 @@ impl<H: SubjectHost> Session<'_, H> {
                     Ok(Ok(raw)) => raw,
                 };
                 let reply = frame::parse_object(&raw).map_err(|_| Fault::Protocol)?;
+                // Only the broker says `fault`, `subject_ns` or `generation`.
+                if ["fault", "subject_ns", "generation"]
+                    .iter()
+                    .any(|k| reply.get(k).is_some())
+                {
+                    return Err(Fault::Protocol);
+                }
                 if reply.get("callback").is_some() {
                     // The subject called a judge callback: the judge answers (it may call the
                     // subject again meanwhile); its time is not the subject's.

@@ -323,6 +323,10 @@ impl SubjectHost for DockerSubjects<'_> {
         let Some((id, _)) = self.current.take() else {
             return SubjectEnd::default();
         };
+        // Ended (or killed now) and recorded as ended before asking how: the daemon notes an
+        // OOM kill with the exit, so an early look can miss it.
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(5), kill(self.docker, &id)).await;
         let oom_killed = self
             .docker
             .inspect_container(&id, None::<InspectContainerOptions>)
