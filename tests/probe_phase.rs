@@ -68,7 +68,7 @@ fn check(executor: &str) {
         (BudgetKind::Time, Some(Category::Time))
     );
     assert!(
-        budget.measured >= 1.5 && budget.measured < 5.0,
+        budget.measured >= 1.2 && budget.measured < 5.0,
         "cut at 2 x 0.3 + 1 s: {budget:?}"
     );
     let hold = probe("::test_hold");
@@ -81,7 +81,7 @@ fn check(executor: &str) {
         (budget.kind, hold.category),
         (BudgetKind::Memory, Some(Category::Memory))
     );
-    assert!(budget.measured >= 48.0, "64 MiB held, {budget:?}");
+    assert!(budget.measured >= 32.0, "64 MiB held over 16: {budget:?}");
     assert!(probe("::test_isolation").passed(), "{out}");
     // A 30 s sleep did not hold the phase up.
     assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");

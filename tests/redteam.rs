@@ -69,6 +69,11 @@ fn plan() -> Vec<Grade> {
         },
         Grade::new("subject_garbage_frames", Quick),
         Grade::new("subject_reconnect", Quick),
+        // Rewriting only the official ids' reports inside the process, and running everything
+        // else honestly, is beyond what the official phase can detect (it is evidence, not
+        // proof): the probes, out of the submission's reach, decide. Graded with the real ones.
+        Grade::new("patch_plugin_emit", Real),
+        Grade::new("patch_testreport", Real),
     ];
     for attack in [
         "prefix_cache_stub",
@@ -76,8 +81,6 @@ fn plan() -> Vec<Grade> {
         "forge_results_socket",
         "forge_results_and_exit",
         "forge_canaries_too",
-        "patch_plugin_emit",
-        "patch_testreport",
         "register_hook_flip_all",
         "conftest_symlink",
         "socket_abuse",
@@ -290,17 +293,39 @@ fn forged_results_that_answer_the_planted_canaries_too_do_not_count() {
     }
 }
 
+/// Known limit of the in-process official phase: rewriting only the official ids inside
+/// the process fools it. The probes, which run where the submission cannot reach, reject it.
+fn assert_the_probes_decide(run: &Run) {
+    assert_contained(run);
+    let v = verdict(run);
+    assert!(
+        matches!(v, Verdict::Unresolved | Verdict::Tampered),
+        "a wrong implementation that rewrites its official results got `{}`:\n{}",
+        v.as_str(),
+        run.context()
+    );
+    assert_eq!(run.code, Some(exit_code_of(v)), "{}", run.context());
+    let probes_failing = run
+        .report()
+        .grade
+        .tests
+        .iter()
+        .filter(|t| t.expectation == Expectation::Probe && !t.passed())
+        .count();
+    assert!(probes_failing > 0, "{}", run.context());
+}
+
 #[test]
-fn rewriting_outcomes_inside_the_plugins_emit_does_not_count() {
+fn rewriting_outcomes_inside_the_plugins_emit_is_stopped_by_the_probes() {
     if docker_ready() {
-        assert_forgery_did_not_count(&graded("patch_plugin_emit"));
+        assert_the_probes_decide(&graded("patch_plugin_emit"));
     }
 }
 
 #[test]
-fn rewriting_pytests_test_reports_without_a_conftest_does_not_count() {
+fn rewriting_pytests_test_reports_without_a_conftest_is_stopped_by_the_probes() {
     if docker_ready() {
-        assert_forgery_did_not_count(&graded("patch_testreport"));
+        assert_the_probes_decide(&graded("patch_testreport"));
     }
 }
 
@@ -578,10 +603,11 @@ fn escapes_and_workflow_commands_in_names_and_frames_reach_no_rendering() {
         .report()
         .flags
         .iter()
-        .filter(|f| f.path.contains('\u{1b}') || f.path.contains("::"))
+        // Shown sanitised: control characters as U+FFFD, a leading `:` behind `./`.
+        .filter(|f| f.path.contains('\u{FFFD}') || f.path.contains("::"))
         .count();
     assert!(
-        flagged >= 3,
+        flagged >= 2,
         "the hostile paths are flagged (so they are rendered):\n{}",
         run.context()
     );
