@@ -7,8 +7,19 @@ from infradev_probe import subject
 PROBE_SECRET = "PROBE-SECRET-time-7c24e1d9"
 
 minicache = subject.module("minicache")
-# Looked up at collection: the subject imports minicache before any measurement starts.
-BlockAllocator = minicache.BlockAllocator
+
+
+def _import_now():
+    """Imports minicache in the subject at collection, so that no test's measurement
+    includes the import. Tests reach every name through the module proxy, which re-imports
+    in a new subject after a crash: a handle kept from an earlier subject would be stale."""
+    try:
+        subject.describe(minicache)
+    except Exception:
+        pass  # the tests meet the error again and report it
+
+
+_import_now()
 
 # Workload: 12k sequences of 64 distinct tokens (4 full blocks each, 48k block hand-outs)
 # through a 16384-block pool with at most 64 live sequences. After the first ~4100
@@ -36,7 +47,7 @@ def test_allocate_free_is_constant_time():
 
     The official tests use pools of at most 8 blocks, where a linear scan is as fast as a
     queue; the budget (wall_time_s) is enforced by the broker around this test."""
-    alloc = BlockAllocator(num_blocks=NUM_BLOCKS, block_size=16)
+    alloc = minicache.BlockAllocator(num_blocks=NUM_BLOCKS, block_size=16)
     live = []
     for first in range(0, NUM_SEQUENCES, CHUNK):
         with subject.batch() as b:
