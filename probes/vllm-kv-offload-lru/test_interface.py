@@ -2,23 +2,53 @@
 classes, constructors, keyword parameters, spec types and the event contract."""
 # INFRADEV-PROBE-CANARY-02b2b67c3354
 
-import dataclasses
-
 import numpy as np
 
-from vllm.v1.kv_offload.abstract import (LoadStoreSpec, OffloadingEvent,
-                                         OffloadingManager, PrepareStoreOutput)
-from vllm.v1.kv_offload.backend import Backend, BlockStatus
-from vllm.v1.kv_offload.backends.cpu import CPUBackend
-from vllm.v1.kv_offload.lru_manager import LRUOffloadingManager
-from vllm.v1.kv_offload.mediums import (BlockIDsLoadStoreSpec, CPULoadStoreSpec,
-                                        GPULoadStoreSpec)
+from infradev_probe import subject
 
 PROBE_SECRET = "PROBE-SECRET-kvoffload-iface-02b2b67c3354"
+
+abstract = subject.module("vllm.v1.kv_offload.abstract")
+backend_mod = subject.module("vllm.v1.kv_offload.backend")
+cpu = subject.module("vllm.v1.kv_offload.backends.cpu")
+lru_manager = subject.module("vllm.v1.kv_offload.lru_manager")
+mediums = subject.module("vllm.v1.kv_offload.mediums")
+# The subject's own standard library, for what must be evaluated where the objects live.
+dataclasses = subject.module("dataclasses")
+builtins = subject.module("builtins")
+
+
+
+def _import_now():
+    """Imports the modules in the subject at collection, so that no test's measurement
+    includes the import. Tests reach every name through the module proxies, which re-import
+    in a new subject after a crash: a handle kept from an earlier subject would be stale."""
+    for module in (abstract, backend_mod, cpu, lru_manager, mediums):
+        try:
+            subject.describe(module)
+        except Exception:
+            pass  # the tests meet the error again and report it
+
+
+_import_now()
 
 
 def _h(i):
     return PROBE_SECRET.encode() + i.to_bytes(2, "big")
+
+
+def _field_names(cls):
+    assert subject.call(dataclasses.is_dataclass, cls)
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _events(mgr):
+    """take_events(), each event as (removed, block_hashes, block_size, medium)."""
+    events = list(mgr.take_events())
+    with subject.batch() as b:
+        items = [(b.getattr(e, "removed"), b.getattr(e, "block_hashes"),
+                  b.getattr(e, "block_size"), b.getattr(e, "medium")) for e in events]
+    return [(r.value, list(h.value), s.value, m.value) for r, h, s, m in items]
 
 
 def test_public_interface():
@@ -27,18 +57,30 @@ def test_public_interface():
     enable_events) and every manager method works with the documented keyword names;
     specs are CPULoadStoreSpec with an int64 numpy block_ids array; PrepareStoreOutput and
     OffloadingEvent are dataclasses with the documented fields."""
-    assert issubclass(LRUOffloadingManager, OffloadingManager)
-    assert issubclass(CPUBackend, Backend)
-    assert issubclass(CPULoadStoreSpec, BlockIDsLoadStoreSpec)
-    assert issubclass(GPULoadStoreSpec, BlockIDsLoadStoreSpec)
-    assert issubclass(BlockIDsLoadStoreSpec, LoadStoreSpec)
+    LoadStoreSpec = abstract.LoadStoreSpec
+    OffloadingEvent = abstract.OffloadingEvent
+    OffloadingManager = abstract.OffloadingManager
+    PrepareStoreOutput = abstract.PrepareStoreOutput
+    Backend = backend_mod.Backend
+    BlockStatus = backend_mod.BlockStatus
+    CPUBackend = cpu.CPUBackend
+    LRUOffloadingManager = lru_manager.LRUOffloadingManager
+    BlockIDsLoadStoreSpec = mediums.BlockIDsLoadStoreSpec
+    CPULoadStoreSpec = mediums.CPULoadStoreSpec
+    GPULoadStoreSpec = mediums.GPULoadStoreSpec
+    assert subject.issubclass(LRUOffloadingManager, OffloadingManager)
+    assert subject.issubclass(CPUBackend, Backend)
+    assert subject.issubclass(CPULoadStoreSpec, BlockIDsLoadStoreSpec)
+    assert subject.issubclass(GPULoadStoreSpec, BlockIDsLoadStoreSpec)
+    assert subject.issubclass(BlockIDsLoadStoreSpec, LoadStoreSpec)
     assert CPULoadStoreSpec.medium() == "CPU" and GPULoadStoreSpec.medium() == "GPU"
     spec = GPULoadStoreSpec([3, 1, 2])
-    assert isinstance(spec.block_ids, np.ndarray) and spec.block_ids.dtype == np.int64
-    assert spec.block_ids.tolist() == [3, 1, 2]
-    assert {f.name for f in dataclasses.fields(PrepareStoreOutput)} == {
+    block_ids = spec.block_ids
+    assert isinstance(block_ids, np.ndarray) and block_ids.dtype == np.int64
+    assert np.ndim(block_ids) == 1 and block_ids.tolist() == [3, 1, 2]
+    assert _field_names(PrepareStoreOutput) == {
         "block_hashes_to_store", "store_spec", "block_hashes_evicted"}
-    assert {f.name for f in dataclasses.fields(OffloadingEvent)} == {
+    assert _field_names(OffloadingEvent) == {
         "block_hashes", "block_size", "medium", "removed"}
 
     backend = CPUBackend(block_size=32, num_blocks=3)
@@ -47,19 +89,20 @@ def test_public_interface():
     mgr = LRUOffloadingManager(backend=backend, enable_events=True)
     a, b = _h(1), _h(2)
     out = mgr.prepare_store(block_hashes=[a, b])
-    assert isinstance(out, PrepareStoreOutput)
-    assert isinstance(out.store_spec, CPULoadStoreSpec)
+    assert subject.isinstance(out, PrepareStoreOutput)
+    assert subject.isinstance(out.store_spec, CPULoadStoreSpec)
     assert out.store_spec.block_ids.tolist() == [0, 1]
     assert backend.get_num_free_blocks() == 1
     assert mgr.lookup(block_hashes=[a, b]) == 0
     mgr.complete_store(block_hashes=[a, b], success=True)
-    assert mgr.lookup(block_hashes=iter([a, b])) == 2  # any iterable
+    # Any iterable: an iterator made in the subject, consumed there.
+    assert mgr.lookup(block_hashes=builtins.iter([a, b])) == 2
     load = mgr.prepare_load(block_hashes=[b, a])
-    assert isinstance(load, CPULoadStoreSpec) and load.block_ids.tolist() == [1, 0]
+    assert subject.isinstance(load, CPULoadStoreSpec) and load.block_ids.tolist() == [1, 0]
     mgr.complete_load(block_hashes=[b, a])
     mgr.touch(block_hashes=[a])
     events = list(mgr.take_events())
-    assert len(events) == 1 and isinstance(events[0], OffloadingEvent)
+    assert len(events) == 1 and subject.isinstance(events[0], OffloadingEvent)
 
     status = BlockStatus()
     assert status.ref_cnt == -1 and status.is_ready is False
@@ -73,15 +116,17 @@ def test_event_stream_contract():
     event (only the blocks that became ready), with the backend's block_size and medium;
     take_events drains; a no-op complete_store, a failed store and a failed prepare_store
     emit nothing. With the default (events off) take_events is always empty."""
+    CPUBackend = cpu.CPUBackend
+    LRUOffloadingManager = lru_manager.LRUOffloadingManager
     backend = CPUBackend(block_size=48, num_blocks=2)
     mgr = LRUOffloadingManager(backend, enable_events=True)
     a, b, c, d = (_h(i) for i in range(10, 14))
 
     def take():
-        evs = list(mgr.take_events())
-        for e in evs:
-            assert e.block_size == 48 and e.medium == "CPU"
-        return [(e.removed, list(e.block_hashes)) for e in evs]
+        evs = _events(mgr)
+        for _, _, block_size, medium in evs:
+            assert block_size == 48 and medium == "CPU"
+        return [(removed, hashes) for removed, hashes, _, _ in evs]
 
     mgr.prepare_store([a, b])
     assert take() == []

@@ -8,11 +8,28 @@ import zlib
 
 import numpy as np
 
-from vllm.v1.kv_offload.backends.cpu import CPUBackend
-from vllm.v1.kv_offload.lru_manager import LRUOffloadingManager
-from vllm.v1.kv_offload.mediums import CPULoadStoreSpec
+from infradev_probe import subject
 
 from _model import ModelManager
+
+cpu = subject.module("vllm.v1.kv_offload.backends.cpu")
+lru_manager = subject.module("vllm.v1.kv_offload.lru_manager")
+mediums = subject.module("vllm.v1.kv_offload.mediums")
+builtins = subject.module("builtins")  # the subject's, for isinstance where the spec lives
+
+
+def _import_now():
+    """Imports the modules in the subject at collection, so that no test's measurement
+    includes the import. Tests reach every name through the module proxies, which re-import
+    in a new subject after a crash: a handle kept from an earlier subject would be stale."""
+    for module in (cpu, lru_manager, mediums):
+        try:
+            subject.describe(module)
+        except Exception:
+            pass  # the tests meet the error again and report it
+
+
+_import_now()
 
 PROBE_SECRET = "PROBE-SECRET-kvoffload-state-d9f32ddb5efe"
 SEED = zlib.crc32(PROBE_SECRET.encode())
@@ -26,18 +43,37 @@ def H(*ints):
 
 
 def _ids(spec):
-    assert isinstance(spec, CPULoadStoreSpec)
-    assert spec.block_ids.dtype == np.int64
-    return spec.block_ids.tolist()
+    """The block ids of a spec handle (one round trip), checked to be a CPULoadStoreSpec
+    with an int64 numpy array."""
+    with subject.batch() as b:
+        is_cpu = b.call(builtins.isinstance, spec, mediums.CPULoadStoreSpec)
+        block_ids = b.getattr(spec, "block_ids")
+    assert is_cpu.value is True
+    block_ids = block_ids.value
+    assert isinstance(block_ids, np.ndarray) and block_ids.dtype == np.int64
+    return block_ids.tolist()
+
+
+def _unpack(out):
+    """(block_hashes_to_store, block_hashes_evicted, CPU block ids) of a PrepareStoreOutput."""
+    with subject.batch() as b:
+        new = b.getattr(out, "block_hashes_to_store")
+        evicted = b.getattr(out, "block_hashes_evicted")
+        spec = b.getattr(out, "store_spec")
+    return list(new.value), list(evicted.value), _ids(spec.value)
 
 
 def _mk(num_blocks, events=True):
-    backend = CPUBackend(block_size=BLOCK_SIZE, num_blocks=num_blocks)
-    return backend, LRUOffloadingManager(backend, enable_events=events)
+    backend = cpu.CPUBackend(block_size=BLOCK_SIZE, num_blocks=num_blocks)
+    return backend, lru_manager.LRUOffloadingManager(backend, enable_events=events)
 
 
 def _events(mgr):
-    return [(e.removed, list(e.block_hashes)) for e in mgr.take_events()]
+    """take_events(), each event as (removed, block_hashes)."""
+    events = list(mgr.take_events())
+    with subject.batch() as b:
+        items = [(b.getattr(e, "removed"), b.getattr(e, "block_hashes")) for e in events]
+    return [(removed.value, list(hashes.value)) for removed, hashes in items]
 
 
 def _store(mgr, hashes):
@@ -64,40 +100,58 @@ def test_random_workload_matches_model():
     replay = set()
     for step in range(4000):
         op = rng.random()
+        # Each step is one batch (the call, then the backend's free count); a prepare_store
+        # or prepare_load result is then read with one or two more round trips.
         if op < 0.30:
             k = rng.randint(1, 8)
             hashes = rng.sample(universe, k)
-            got = mgr.prepare_store(hashes)
+            with subject.batch() as b:
+                got = b.call(mgr.prepare_store, hashes)
+                free = b.call(backend.get_num_free_blocks)
+            got = got.value
             want = model.prepare_store(hashes)
             if want is None:
                 assert got is None, f"step {step}: prepare_store should fail (no evictable room)"
             else:
                 assert got is not None, f"step {step}: prepare_store failed but room could be made"
                 new, ids, evicted = want
-                assert list(got.block_hashes_to_store) == new, f"step {step}"
-                assert list(got.block_hashes_evicted) == evicted, f"step {step}: eviction order"
-                assert _ids(got.store_spec) == ids, f"step {step}: CPU block ids"
+                got_new, got_evicted, got_ids = _unpack(got)
+                assert got_new == new, f"step {step}"
+                assert got_evicted == evicted, f"step {step}: eviction order"
+                assert got_ids == ids, f"step {step}: CPU block ids"
                 if new:
                     stores_in_flight.append(new)
         elif op < 0.50 and stores_in_flight:
             hashes = stores_in_flight.pop(rng.randrange(len(stores_in_flight)))
             success = rng.random() < 0.8
-            mgr.complete_store(hashes, success=success)
+            with subject.batch() as b:
+                done = b.call(mgr.complete_store, hashes, success=success)
+                free = b.call(backend.get_num_free_blocks)
+            assert done.value is None
             model.complete_store(hashes, success=success)
         elif op < 0.62:
             ready = sorted(model.ready())
+            with subject.batch() as b:
+                if ready:
+                    hashes = rng.sample(ready, rng.randint(1, min(4, len(ready))))
+                    spec = b.call(mgr.prepare_load, hashes)
+                free = b.call(backend.get_num_free_blocks)
             if ready:
-                hashes = rng.sample(ready, rng.randint(1, min(4, len(ready))))
-                got = _ids(mgr.prepare_load(hashes))
-                assert got == model.prepare_load(hashes), f"step {step}: load ids"
+                assert _ids(spec.value) == model.prepare_load(hashes), f"step {step}: load ids"
                 loads_in_flight.append(hashes)
         elif op < 0.72 and loads_in_flight:
             hashes = loads_in_flight.pop(rng.randrange(len(loads_in_flight)))
-            mgr.complete_load(hashes)
+            with subject.batch() as b:
+                done = b.call(mgr.complete_load, hashes)
+                free = b.call(backend.get_num_free_blocks)
+            assert done.value is None
             model.complete_load(hashes)
         elif op < 0.84:
             hashes = rng.sample(universe, rng.randint(1, 6))
-            mgr.touch(hashes)
+            with subject.batch() as b:
+                done = b.call(mgr.touch, hashes)
+                free = b.call(backend.get_num_free_blocks)
+            assert done.value is None
             model.touch(hashes)
         else:
             hashes = rng.sample(universe, rng.randint(1, 6))
@@ -105,8 +159,11 @@ def test_random_workload_matches_model():
                 ready = sorted(model.ready())
                 if ready:
                     hashes = rng.sample(ready, rng.randint(1, min(5, len(ready)))) + hashes
-            assert mgr.lookup(hashes) == model.lookup(hashes), f"step {step}: lookup"
-        assert backend.get_num_free_blocks() == model.num_free(), f"step {step}: free blocks"
+            with subject.batch() as b:
+                hits = b.call(mgr.lookup, hashes)
+                free = b.call(backend.get_num_free_blocks)
+            assert hits.value == model.lookup(hashes), f"step {step}: lookup"
+        assert free.value == model.num_free(), f"step {step}: free blocks"
         if step % 7 == 0:
             got_ev = _events(mgr)
             want_ev = model.take_events()
