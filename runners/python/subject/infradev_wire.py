@@ -284,7 +284,7 @@ class Codec:
         }
         # Types the caller handles itself (the judge's handles): straight to encode_object.
         for t in extra_types or ():
-            self._enc_table[t] = self._enc_object
+            self._enc_table[t] = self._enc_object_d
         self._dec_tags = {
             "$int": self._dec_int,
             "$float": self._dec_float,
