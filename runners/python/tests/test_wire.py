@@ -324,3 +324,19 @@ def test_frame_caps():
     with b:
         a.close()
         assert wire.FrameReader(b).read() is None  # a clean end between frames
+
+
+def test_extra_types_encode_as_handles_at_any_depth():
+    """The judge's handles are `extra_types`: nested in arguments (a list in a tuple) they
+    must still come out as handles, even in strict mode for their container."""
+
+    class Handle:
+        pass
+
+    h = Handle()
+    c = wire.Codec(encode_object=lambda obj: {"$ref": 7}, extra_types=(Handle,))
+    assert c.encode(h) == {"$ref": 7}
+    assert c.encode([h]) == [{"$ref": 7}]
+    assert c.encode((1, [h, {"k": h}])) == {
+        "$tuple": [1, [{"$ref": 7}, {"$dict": [["k", {"$ref": 7}]]}]]
+    }
