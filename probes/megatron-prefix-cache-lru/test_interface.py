@@ -3,18 +3,34 @@ exist with the documented parameter names, defaults, dtypes and devices, and wor
 called with keyword arguments."""
 # INFRADEV-PROBE-CANARY-1ae289764f0a
 
-import inspect
-from types import SimpleNamespace
-
 import pytest
 import torch
 
-from megatron.core.inference.config import PrefixCachingEvictionPolicy
-from megatron.core.inference.contexts.kv_block_allocator import KVBlockAllocator
+from infradev_probe import subject
+
+kv_block_allocator = subject.module("megatron.core.inference.contexts.kv_block_allocator")
+config = subject.module("megatron.core.inference.config")
+# The subject's own standard library: the fake context lives where the allocator does.
+subject_types = subject.module("types")
+builtins = subject.module("builtins")
+
+
+def _import_now():
+    """Imports the modules in the subject at collection, outside every test. Tests reach
+    every name through the module proxies, which re-import in a new subject after a crash:
+    a handle kept from an earlier subject would be stale."""
+    for module in (kv_block_allocator, config, subject_types):
+        try:
+            subject.describe(module)
+        except Exception:
+            pass  # the tests meet the error again and report it
+
+
+_import_now()
 
 
 def _ctx():
-    return SimpleNamespace(
+    return subject_types.SimpleNamespace(
         paused_request_count=0, total_request_count=0,
         request_kv_block_counts=torch.zeros(4, dtype=torch.int32),
         request_to_kv_block_ids=-torch.ones((4, 4), dtype=torch.int32),
@@ -30,25 +46,33 @@ def test_public_interface():
     AssertionError; `reset()` restores both tensors; `evict_lru_blocks(0)` returns True.
 
     The official tests call these positionally or check only some of the attributes."""
-    sig = inspect.signature(KVBlockAllocator.register_kv_block_hashes)
+    KVBlockAllocator = kv_block_allocator.KVBlockAllocator
+    PrefixCachingEvictionPolicy = config.PrefixCachingEvictionPolicy
+    sig = subject.signature(KVBlockAllocator.register_kv_block_hashes)
     assert list(sig.parameters)[1:] == ["block_ids", "block_hashes", "parent_hashes"]
     assert sig.parameters["parent_hashes"].default is None
-    sig = inspect.signature(KVBlockAllocator.is_memory_available)
+    sig = subject.signature(KVBlockAllocator.is_memory_available)
     assert list(sig.parameters)[1:] == ["num_blocks", "potential_matched_count"]
     assert sig.parameters["potential_matched_count"].default == 0
-    sig = inspect.signature(KVBlockAllocator.evict_lru_blocks)
+    sig = subject.signature(KVBlockAllocator.evict_lru_blocks)
     assert list(sig.parameters)[1:] == ["num_blocks_needed"]
 
     a = KVBlockAllocator(context=_ctx(), total_count=12, paused_count=2,
                          enable_prefix_caching=True,
                          prefix_caching_eviction_policy=PrefixCachingEvictionPolicy.LRU)
     for name, fill in (("block_parent_id", -1), ("block_child_count", 0)):
-        t = getattr(a, name)
+        # Tensors cross as CPU copies: device and dtype are asked of the subject's own tensor.
+        remote = subject.keep(builtins.getattr, a, name)
+        assert remote.device.type == "cpu" and remote.dtype == torch.int64
+        t = subject.fetch(remote)
         assert isinstance(t, torch.Tensor) and t.dtype == torch.int64
-        assert t.device.type == "cpu" and tuple(t.shape) == (12,)
+        assert tuple(t.shape) == (12,)
         assert (t == fill).all().item()
 
     ids = a.allocate_memory_blocks(num_blocks=4).clone().tolist()
+    # Allocation pins the blocks (ref count 1) and stamps them with the context's clock.
+    assert a.block_ref_counts[ids].tolist() == [1, 1, 1, 1]
+    assert a.block_timestamps[ids].tolist() == [3, 3, 3, 3]
     a.register_kv_block_hashes(block_ids=ids[:2], block_hashes=[11, 12], parent_hashes=[0, 11])
     # A chunk whose first parent was registered by the previous call.
     a.register_kv_block_hashes(block_ids=ids[2:], block_hashes=[13, 14], parent_hashes=[12, 11])

@@ -5,15 +5,39 @@ evict exactly what descendant-first LRU predicts, computed here from scratch eac
 
 import random
 import zlib
-from types import SimpleNamespace
 
 import torch
 
-from megatron.core.inference.config import PrefixCachingEvictionPolicy
-from megatron.core.inference.contexts.kv_block_allocator import KVBlockAllocator
+from infradev_probe import subject
 
 PROBE_SECRET = "PROBE-SECRET-lru-order-91ce"
 SEED = zlib.crc32(PROBE_SECRET.encode())
+
+kv_block_allocator = subject.module("megatron.core.inference.contexts.kv_block_allocator")
+config = subject.module("megatron.core.inference.config")
+# The subject's own standard library: the fake context lives where the allocator does.
+subject_types = subject.module("types")
+builtins = subject.module("builtins")
+
+
+def _import_now():
+    """Imports the modules in the subject at collection, outside every test. Tests reach
+    every name through the module proxies, which re-import in a new subject after a crash:
+    a handle kept from an earlier subject would be stale."""
+    for module in (kv_block_allocator, config, subject_types):
+        try:
+            subject.describe(module)
+        except Exception:
+            pass  # the tests meet the error again and report it
+
+
+_import_now()
+
+
+def _kept(obj, name):
+    """``obj.<name>`` as a handle to the subject's own object (a tensor to update in place:
+    read by value, it would be a copy)."""
+    return subject.keep(builtins.getattr, obj, name)
 
 
 def _reference(cached, parent_of, ts, k):
@@ -43,21 +67,30 @@ def test_repeated_evictions_match_reference():
     reused block ids are invisible to it."""
     rng = random.Random(SEED)
     total = 601
-    ctx = SimpleNamespace(
+    clock = [1]  # the context's prefix_cache_lru_clock, set by the probe alone
+    ctx = subject_types.SimpleNamespace(
         paused_request_count=0, total_request_count=0,
         request_kv_block_counts=torch.zeros(4, dtype=torch.int32),
         request_to_kv_block_ids=-torch.ones((4, 4), dtype=torch.int32),
-        prefix_cache_lru_clock=1)
-    a = KVBlockAllocator(ctx, total_count=total, paused_count=1, enable_prefix_caching=True,
-                         prefix_caching_eviction_policy=PrefixCachingEvictionPolicy.LRU)
+        prefix_cache_lru_clock=clock[0])
+    a = kv_block_allocator.KVBlockAllocator(
+        ctx, total_count=total, paused_count=1, enable_prefix_caching=True,
+        prefix_caching_eviction_policy=config.PrefixCachingEvictionPolicy.LRU)
     next_hash = [1]
     hash_of, parent_of, ts = {}, {}, {}
 
+    def tick(n):
+        clock[0] += n
+        ctx.prefix_cache_lru_clock = clock[0]
+
     def grow(n_blocks):
         """Allocate n blocks (no eviction needed) and register them as new chains hanging
-        off random existing cached blocks or as new roots, then release them (cached)."""
-        ctx.prefix_cache_lru_clock += 1
+        off random existing cached blocks or as new roots, then release them (cached). The
+        registrations and stamps go in one batch, in order."""
+        tick(1)
         ids = [int(x) for x in a.allocate_memory_blocks(n_blocks).clone().tolist()]
+        stamps = _kept(a, "block_timestamps")
+        batch = subject.batch()
         i = 0
         while i < len(ids):
             length = min(len(ids) - i, rng.randrange(1, 6))
@@ -75,18 +108,20 @@ def test_repeated_evictions_match_reference():
                 ps.append(prev_hash)
                 hash_of[b] = h
                 parent_of[b] = prev_block
-                ts[b] = ctx.prefix_cache_lru_clock + rng.randrange(0, 3)
+                ts[b] = clock[0] + rng.randrange(0, 3)
                 prev_hash, prev_block = h, b
-            a.register_kv_block_hashes(chain, hs, ps)
+            batch.call(a.register_kv_block_hashes, chain, hs, ps)
             # Distinct per-block recency inside the chain (set directly, as the official
             # tests do) so the order is not only decided by block ids.
-            a.block_timestamps[torch.tensor(chain)] = torch.tensor([ts[b] for b in chain])
+            batch.setitem(stamps, torch.tensor(chain), torch.tensor([ts[b] for b in chain]))
+        batch.run()
+        batch.results  # raises the first error the subject raised
         a.release_memory_blocks(torch.tensor(ids, dtype=torch.int32))
 
     grow(total - 1)
     for rnd in range(60):
         # Touch some cached blocks: pin, refresh the stamp, unpin (a prefix hit that finished).
-        ctx.prefix_cache_lru_clock += 10
+        tick(10)
         touched = rng.sample(sorted(hash_of), k=min(len(hash_of), rng.randrange(0, 12)))
         # A real prefix hit touches a whole root-to-node path.
         path = set()
@@ -96,11 +131,12 @@ def test_repeated_evictions_match_reference():
                 b = parent_of[b]
         if path:
             pt = torch.tensor(sorted(path), dtype=torch.int32)
-            a.block_ref_counts[pt] += 1
+            refs = _kept(a, "block_ref_counts")  # in place, in the subject
+            refs[pt] += 1
             a.update_timestamps(pt)
-            a.block_ref_counts[pt] -= 1
+            refs[pt] -= 1
             for b in path:
-                ts[b] = ctx.prefix_cache_lru_clock
+                ts[b] = clock[0]
         k = rng.randrange(1, 40)
         want = _reference(list(hash_of), parent_of, ts, k)
         assert a.evict_lru_blocks(k) is True

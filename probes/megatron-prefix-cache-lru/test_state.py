@@ -10,26 +10,59 @@ of the prefix forest, written here, predicts every eviction."""
 import hashlib
 import random
 import zlib
-from types import SimpleNamespace
 
 import torch
 
-from megatron.core.inference.config import PrefixCachingEvictionPolicy
-from megatron.core.inference.contexts.kv_block_allocator import KVBlockAllocator
+from infradev_probe import subject
 
 PROBE_SECRET = "PROBE-SECRET-lru-state-3b91"
 SEED = zlib.crc32(PROBE_SECRET.encode())
 
+kv_block_allocator = subject.module("megatron.core.inference.contexts.kv_block_allocator")
+config = subject.module("megatron.core.inference.config")
+# The subject's own standard library: the fake context lives where the allocator does.
+subject_types = subject.module("types")
+builtins = subject.module("builtins")
+
+
+def _import_now():
+    """Imports the modules in the subject at collection, outside every test. Tests reach
+    every name through the module proxies, which re-import in a new subject after a crash:
+    a handle kept from an earlier subject would be stale."""
+    for module in (kv_block_allocator, config, subject_types):
+        try:
+            subject.describe(module)
+        except Exception:
+            pass  # the tests meet the error again and report it
+
+
+_import_now()
+
 
 def _context():
-    """The attributes of DynamicInferenceContext that the allocator reads."""
-    return SimpleNamespace(
+    """The attributes of DynamicInferenceContext that the allocator reads (a SimpleNamespace
+    in the subject)."""
+    return subject_types.SimpleNamespace(
         paused_request_count=0,
         total_request_count=0,
         request_kv_block_counts=torch.zeros(8, dtype=torch.int32),
         request_to_kv_block_ids=-torch.ones((8, 8), dtype=torch.int32),
         prefix_cache_lru_clock=0,
     )
+
+
+def _kept(obj, name):
+    """``obj.<name>`` as a handle to the subject's own object (a tensor to update in place:
+    read by value, it would be a copy)."""
+    return subject.keep(builtins.getattr, obj, name)
+
+
+def _pin(a, blocks):
+    """What add_request does to matched blocks: ref count + 1 in the allocator's own tensor,
+    then update_timestamps."""
+    refs = _kept(a, "block_ref_counts")
+    refs[blocks] += 1
+    a.update_timestamps(blocks)
 
 
 def _chain_hashes(contents):
@@ -48,12 +81,13 @@ class Sim:
 
     def __init__(self, total_count):
         self.ctx = _context()
-        self.a = KVBlockAllocator(
+        self.clock = 0  # the context's prefix_cache_lru_clock, set by the probe alone
+        self.a = kv_block_allocator.KVBlockAllocator(
             context=self.ctx,
             total_count=total_count,
             paused_count=1,
             enable_prefix_caching=True,
-            prefix_caching_eviction_policy=PrefixCachingEvictionPolicy.LRU,
+            prefix_caching_eviction_policy=config.PrefixCachingEvictionPolicy.LRU,
         )
         self.total_count = total_count
         self.cached = {}  # hash -> block id (expected kv_hash_to_block_id)
@@ -103,12 +137,14 @@ class Sim:
 
     # -- operations (production call sequence) -----------------------------
     def tick(self):
-        self.ctx.prefix_cache_lru_clock += 1
+        self.clock += 1
+        self.ctx.prefix_cache_lru_clock = self.clock
 
     def match(self, hashes):
+        index = self.a.kv_hash_to_block_id  # one copy of the subject's dict
         ids = []
         for h in hashes:
-            b = self.a.kv_hash_to_block_id.get(h)
+            b = index.get(h)
             if b is None:
                 break
             ids.append(b)
@@ -117,7 +153,7 @@ class Sim:
     def add_request(self, contents, partial, split):
         """Returns the request id, or None when is_memory_available says no."""
         self.tick()
-        clock = self.ctx.prefix_cache_lru_clock
+        clock = self.clock
         hashes = _chain_hashes(contents)
         matched = self.match(hashes)
         assert matched == [self.cached[h] for h in hashes[: len(matched)]], "match differs from model"
@@ -132,9 +168,7 @@ class Sim:
             return None
         # Pin matched blocks before allocating (as add_request does).
         if matched:
-            mt = torch.tensor(matched, dtype=torch.int32)
-            self.a.block_ref_counts[mt] += 1
-            self.a.update_timestamps(mt)
+            _pin(self.a, torch.tensor(matched, dtype=torch.int32))
             for b in matched:
                 self.ref[b] = self.ref.get(b, 0) + 1
                 self.ts[b] = clock
@@ -194,19 +228,28 @@ class Sim:
     # -- checks --------------------------------------------------------------
     def check(self):
         a = self.a
-        assert dict(a.kv_hash_to_block_id) == self.cached, "cache index differs from model"
+        # Everything checked is read in one round trip.
+        with subject.batch() as b:
+            index = b.getattr(a, "kv_hash_to_block_id")
+            avail = b.getattr(a, "total_avail")
+            refs = b.getattr(a, "block_ref_counts")
+            evictable = b.call(a.get_evictable_block_count)
+            parent_ids = b.getattr(a, "block_parent_id")
+            child_counts = b.getattr(a, "block_child_count")
+        index, avail = dict(index.value), avail.value
+        assert index == self.cached, "cache index differs from model"
         for h, b in self.cached.items():
             ph = self.parent[h]
-            assert ph == 0 or ph in a.kv_hash_to_block_id, (
+            assert ph == 0 or ph in index, (
                 f"orphan: cached block {b} has its parent block evicted")
-        assert a.total_avail == self.expected_free(), (
-            f"total_avail {a.total_avail} != {self.expected_free()} (blocks leaked or double-freed)")
-        refs = a.block_ref_counts.tolist()
+        assert avail == self.expected_free(), (
+            f"total_avail {avail} != {self.expected_free()} (blocks leaked or double-freed)")
+        refs = refs.value.tolist()
         for b in range(self.total_count - 1):
             assert refs[b] == self.ref.get(b, 0), f"block {b}: ref count {refs[b]} != {self.ref.get(b, 0)}"
-        assert int(a.get_evictable_block_count()) == len(self.evictable())
-        parent_ids = a.block_parent_id.tolist()
-        child_counts = a.block_child_count.tolist()
+        assert int(evictable.value) == len(self.evictable())
+        parent_ids = parent_ids.value.tolist()
+        child_counts = child_counts.value.tolist()
         kids = {}
         for h, b in self.cached.items():
             ph = self.parent[h]
@@ -234,10 +277,12 @@ def _workload(sim, rng, steps, systems, pinned=()):
             elif rid is not None:
                 live.append(rid)
         sim.check()
+        if pinned:
+            index, refs = sim.a.kv_hash_to_block_id, sim.a.block_ref_counts
         for hashes, table in pinned:
             for h, b in zip(hashes, table):
-                assert sim.a.kv_hash_to_block_id.get(h) == b, "a pinned block was evicted"
-                assert sim.a.block_ref_counts[b].item() >= 1
+                assert index.get(h) == b, "a pinned block was evicted"
+                assert refs[b].item() >= 1
     return live
 
 
@@ -285,11 +330,12 @@ def test_pinned_prefix_survives_churn():
     systems = [[rng.randrange(10**6) for _ in range(rng.randrange(2, 6))] for _ in range(4)]
     _workload(sim, rng, 500, systems, pinned=[(prefix_hashes, pinned_table)])
     assert sim.evictions > 100
+    index = sim.a.kv_hash_to_block_id
     for h, b in zip(prefix_hashes, pinned_table):
-        assert sim.a.kv_hash_to_block_id.get(h) == b, "a pinned prefix block was evicted"
+        assert index.get(h) == b, "a pinned prefix block was evicted"
     # The turn-1 continuation (older than everything else) must have been evicted.
     cont = _chain_hashes(prefix + [7, 8])[6:]
-    assert not any(h in sim.a.kv_hash_to_block_id for h in cont)
+    assert not any(h in index for h in cont)
     # Release the agent request and peel the whole cache one block at a time.
     sim.release(agent)
     while sim.evictable():
@@ -320,9 +366,12 @@ def test_failed_allocation_changes_nothing():
     a = sim.a
 
     def snapshot():
-        return (dict(a.kv_hash_to_block_id), a.block_hashes.clone(), a.block_ref_counts.clone(),
-                a.block_timestamps.clone(), a.block_parent_id.clone(), a.block_child_count.clone(),
-                a.total_avail)
+        """The allocator's state, read in one round trip (tensors cross as copies)."""
+        with subject.batch() as b:
+            items = [b.getattr(a, name) for name in (
+                "kv_hash_to_block_id", "block_hashes", "block_ref_counts", "block_timestamps",
+                "block_parent_id", "block_child_count", "total_avail")]
+        return tuple(item.value for item in items)
 
     def same(s1, s2):
         return s1[0] == s2[0] and s1[6] == s2[6] and all(
@@ -344,9 +393,10 @@ def test_failed_allocation_changes_nothing():
             sim.forget(b)
     sim.check()
     assert int(a.get_evictable_block_count()) == 0
+    refs = a.block_ref_counts
     for rid in keep:
         for b in sim.requests[rid]:
-            assert a.block_ref_counts[b].item() >= 1
+            assert refs[b].item() >= 1
 
 
 def test_availability_matches_allocation():
@@ -385,9 +435,7 @@ def test_availability_matches_allocation():
         # Now really pin the path and allocate the largest amount that was reported available.
         n = max(0, free + ev - m)
         if path:
-            pt = torch.tensor(path, dtype=torch.int32)
-            sim.a.block_ref_counts[pt] += 1
-            sim.a.update_timestamps(pt)
+            _pin(sim.a, torch.tensor(path, dtype=torch.int32))
         if n:
             res = sim.a.allocate_memory_blocks(n)
             assert res is not None, f"allocation of {n} blocks failed after is_memory_available said yes"
