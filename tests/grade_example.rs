@@ -305,7 +305,7 @@ fn orphaned_sandbox_containers_are_reaped() {
         "true",
     ]);
     let g = grade_example("submission/reference", "docker");
-    assert_eq!(g.report().grade.verdict, Verdict::Resolved);
+    assert_eq!(g.report().grade.verdict, Verdict::Resolved, "{}", g.stdout);
     let left = docker(&[
         "ps",
         "-aq",
