@@ -1,8 +1,9 @@
 //! `infradev tasks lint`: every upstream symbol a task's probes use must be named in its
 //! prompt.md, so that the agent is told every interface it is graded on.
 //!
-//! The symbols come from the probes' syntax trees, read by `runners/tasks/probe_symbols.py`
-//! with Python's own `ast` module (the probes are never imported or run). The check itself is
+//! The symbols come from the syntax trees of every Python file in the task's probe directory
+//! (helper modules too), read by `runners/tasks/probe_symbols.py` with Python's own `ast`
+//! module (the probes are never imported or run). The check itself is
 //! pure: [`unnamed_symbols`].
 
 use std::collections::BTreeSet;
@@ -54,14 +55,16 @@ pub fn lint_task(task: &Task, runners: &Path, python: &Path) -> anyhow::Result<L
     let prompt_path = task.prompt_path();
     let prompt = std::fs::read_to_string(&prompt_path)
         .with_context(|| format!("cannot read {}", prompt_path.display()))?;
-    let mut files: Vec<PathBuf> = task
+    // Every Python file the judge receives, helpers (`_model.py`) included: a symbol reached
+    // only in a helper is as much an interface as one reached in a test file.
+    let files: Vec<PathBuf> = task
         .probes
-        .probes
-        .iter()
-        .map(|p| task.probes.dir.join(p.file()))
+        .sources()
+        .with_context(|| format!("cannot read {}", task.probes.dir.display()))?
+        .into_iter()
+        .filter(|(path, _)| path.ends_with(".py"))
+        .map(|(path, _)| task.probes.dir.join(path))
         .collect();
-    files.sort();
-    files.dedup();
     if task.upstream.packages.is_empty() {
         bail!(
             "{}: upstream.packages is empty, so lint cannot tell upstream names from others",
