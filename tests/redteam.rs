@@ -239,6 +239,21 @@ fn graded_both(a: &'static str, b: &'static str) -> (std::sync::Arc<Run>, std::s
     (first, other.join().unwrap())
 }
 
+/// Attacks whose whole check is one of the assertions above: one test each, graded on Docker.
+macro_rules! attacks {
+    ($($(#[doc = $doc:literal])* $name:ident: $attack:literal => $check:expr;)*) => {
+        $(
+            $(#[doc = $doc])*
+            #[test]
+            fn $name() {
+                if docker_ready() {
+                    ($check)(&*graded($attack));
+                }
+            }
+        )*
+    };
+}
+
 // ---- controls -----------------------------------------------------------------------------
 
 #[test]
@@ -272,25 +287,13 @@ fn controls_the_stub_fails_official_tests_and_the_reference_resolves() {
 
 // ---- 1, 2: rewriting and forging the official results -------------------------------------
 
-#[test]
-fn forged_result_frames_on_the_events_socket_do_not_count() {
-    if docker_ready() {
-        assert_forgery_did_not_count(&graded("forge_results_socket"));
-    }
-}
-
-#[test]
-fn forged_results_then_exit_before_the_canaries_run_do_not_count() {
-    if docker_ready() {
-        assert_forgery_did_not_count(&graded("forge_results_and_exit"));
-    }
-}
-
-#[test]
-fn forged_results_that_answer_the_planted_canaries_too_do_not_count() {
-    if docker_ready() {
-        assert_forgery_did_not_count(&graded("forge_canaries_too"));
-    }
+attacks! {
+    forged_result_frames_on_the_events_socket_do_not_count:
+        "forge_results_socket" => assert_forgery_did_not_count;
+    forged_results_then_exit_before_the_canaries_run_do_not_count:
+        "forge_results_and_exit" => assert_forgery_did_not_count;
+    forged_results_that_answer_the_planted_canaries_too_do_not_count:
+        "forge_canaries_too" => assert_forgery_did_not_count;
 }
 
 /// Known limit of the in-process official phase: rewriting only the official ids inside
@@ -315,18 +318,11 @@ fn assert_the_probes_decide(run: &Run) {
     assert!(probes_failing > 0, "{}", run.context());
 }
 
-#[test]
-fn rewriting_outcomes_inside_the_plugins_emit_is_stopped_by_the_probes() {
-    if docker_ready() {
-        assert_the_probes_decide(&graded("patch_plugin_emit"));
-    }
-}
-
-#[test]
-fn rewriting_pytests_test_reports_without_a_conftest_is_stopped_by_the_probes() {
-    if docker_ready() {
-        assert_the_probes_decide(&graded("patch_testreport"));
-    }
+attacks! {
+    rewriting_outcomes_inside_the_plugins_emit_is_stopped_by_the_probes:
+        "patch_plugin_emit" => assert_the_probes_decide;
+    rewriting_pytests_test_reports_without_a_conftest_is_stopped_by_the_probes:
+        "patch_testreport" => assert_the_probes_decide;
 }
 
 #[test]
@@ -377,32 +373,15 @@ fn exiting_127_or_5_at_import_is_the_submissions_fault() {
     assert_blamed_on_the_submission(&b);
 }
 
-#[test]
-fn killing_every_process_and_socket_is_the_submissions_fault() {
-    if docker_ready() {
-        assert_blamed_on_the_submission(&graded("kill_everything"));
-    }
-}
-
-#[test]
-fn exhausting_fds_and_breaking_tmp_is_the_submissions_fault() {
-    if docker_ready() {
-        assert_blamed_on_the_submission(&graded("exhaust_fds_and_tmp"));
-    }
-}
-
-#[test]
-fn exiting_70_before_pytest_starts_is_the_submissions_fault() {
-    if docker_ready() {
-        assert_blamed_on_the_submission(&graded("shadow_inspect"));
-    }
-}
-
-#[test]
-fn a_subject_that_queues_connections_on_its_own_socket_then_dies_is_the_submissions_fault() {
-    if docker_ready() {
-        assert_blamed_on_the_submission(&graded("subject_reconnect"));
-    }
+attacks! {
+    killing_every_process_and_socket_is_the_submissions_fault:
+        "kill_everything" => assert_blamed_on_the_submission;
+    exhausting_fds_and_breaking_tmp_is_the_submissions_fault:
+        "exhaust_fds_and_tmp" => assert_blamed_on_the_submission;
+    exiting_70_before_pytest_starts_is_the_submissions_fault:
+        "shadow_inspect" => assert_blamed_on_the_submission;
+    a_subject_that_queues_connections_on_its_own_socket_then_dies_is_the_submissions_fault:
+        "subject_reconnect" => assert_blamed_on_the_submission;
 }
 
 #[test]
@@ -446,11 +425,9 @@ fn assert_subject_attack(run: &Run, wanted: Option<Category>) {
     }
 }
 
-#[test]
-fn garbage_frames_from_the_subject_fail_its_probes_and_nothing_else() {
-    if docker_ready() {
-        assert_subject_attack(&graded("subject_garbage_frames"), None);
-    }
+attacks! {
+    garbage_frames_from_the_subject_fail_its_probes_and_nothing_else:
+        "subject_garbage_frames" => |run| assert_subject_attack(run, None);
 }
 
 #[test]
@@ -489,18 +466,11 @@ fn a_subject_that_hangs_while_the_judge_imports_it_is_time() {
     );
 }
 
-#[test]
-fn a_subject_killed_for_memory_is_memory() {
-    if docker_ready() {
-        assert_subject_attack(&graded("subject_oom"), Some(Category::Memory));
-    }
-}
-
-#[test]
-fn a_fork_bomb_in_the_subject_is_contained() {
-    if docker_ready() {
-        assert_subject_attack(&graded("subject_fork_bomb"), None);
-    }
+attacks! {
+    a_subject_killed_for_memory_is_memory:
+        "subject_oom" => |run| assert_subject_attack(run, Some(Category::Memory));
+    a_fork_bomb_in_the_subject_is_contained:
+        "subject_fork_bomb" => |run| assert_subject_attack(run, None);
 }
 
 // ---- 5: exfiltration ------------------------------------------------------------------------
