@@ -8,6 +8,7 @@
 
 mod frame;
 mod meter;
+mod ranks;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 pub use frame::{FrameError, read_frame, read_raw, write_frame};
 pub use meter::{MemorySource, Meter, Usage};
+pub use ranks::{MAX_WORLD_SIZE, MIN_WORLD_SIZE, RankAddress, rank_socket_dir};
 
 use crate::grading::{BudgetBreach, BudgetKind, Kill};
 use crate::results::{Event, PhaseResults};
@@ -42,6 +44,18 @@ pub trait SubjectHost: Send {
     fn meter(&mut self) -> impl Future<Output = Meter> + Send;
     /// Stops the running subject (if any) and says whether the kernel's OOM killer ended it.
     fn stop(&mut self) -> impl Future<Output = SubjectEnd> + Send;
+    /// Starts rank group `group`: one subject sandbox per rank, rank `r` connecting to the
+    /// subject socket in `socket_dirs[r]`, all joined by a network of their own (and nothing
+    /// else). Returns where rank 0 can be reached.
+    fn start_ranks(
+        &mut self,
+        group: u32,
+        socket_dirs: &[PathBuf],
+    ) -> impl Future<Output = Result<RankAddress, String>> + Send;
+    /// A meter per rank of the running group, in rank order.
+    fn rank_meters(&mut self) -> impl Future<Output = Vec<Meter>> + Send;
+    /// Stops every rank of the running group (if any) and removes its network.
+    fn stop_ranks(&mut self) -> impl Future<Output = Vec<SubjectEnd>> + Send;
 }
 
 /// How a subject ended.
@@ -74,6 +88,8 @@ pub struct Brokered {
     pub calls: u64,
     /// How many subjects were started (1 + replacements after faults).
     pub subjects: u32,
+    /// How many rank groups were started.
+    pub rank_groups: u32,
 }
 
 /// Both listening sockets of one probe phase.
@@ -81,6 +97,8 @@ pub struct Broker {
     judge: UnixListener,
     subject: UnixListener,
     subject_path: PathBuf,
+    /// Where the rank groups' socket directories are made.
+    rank_root: PathBuf,
 }
 
 impl Broker {
@@ -92,6 +110,7 @@ impl Broker {
             judge: listen(&judge_dir.join(JUDGE_SOCKET))?,
             subject: listen(&subject_path)?,
             subject_path,
+            rank_root: subject_dir.parent().unwrap_or(subject_dir).to_path_buf(),
         })
     }
 
@@ -111,6 +130,9 @@ impl Broker {
             generation: 0,
             out: Brokered::default(),
             test: None,
+            group: None,
+            groups: 0,
+            rank_root: self.rank_root,
         };
         tokio::pin!(judge_exited);
         // The first subject comes up while the judge starts; its hello is the infra boundary.
@@ -163,6 +185,11 @@ impl Broker {
                         }
                     })
                 }
+                Some("call") if frame.get("rank").is_some() => {
+                    Some(session.rank_call(&frame).await)
+                }
+                Some("call_ranks") => Some(session.call_ranks(&frame).await),
+                Some("ranks") => Some(session.ranks_op(&frame).await),
                 Some("call") => match session.call(&frame, &raw, &mut jr, &mut jw).await {
                     Reply::Raw(bytes) => {
                         if frame::write_raw(&mut jw, &bytes).await.is_err() {
@@ -172,7 +199,11 @@ impl Broker {
                     }
                     Reply::Value(v) => Some(v),
                 },
-                Some("event") => session.event(frame.get("event").cloned().unwrap_or(Value::Null)),
+                Some("event") => {
+                    session
+                        .event(frame.get("event").cloned().unwrap_or(Value::Null))
+                        .await
+                }
                 _ => None,
             };
             if let Some(reply) = reply
@@ -194,6 +225,56 @@ fn listen(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Inside a callback: sends the subject's frame to the judge and relays the judge's answer
+/// (a callback result, or a nested call whose id is pushed on `pending`) to the subject.
+async fn through_judge(
+    raw: &[u8],
+    jr: &mut OwnedReadHalf,
+    jw: &mut OwnedWriteHalf,
+    subject: &mut OwnedWriteHalf,
+    pending: &mut Vec<Value>,
+) -> Result<(), Fault> {
+    frame::write_raw(jw, raw)
+        .await
+        .map_err(|_| Fault::Protocol)?;
+    let answer = read_frame(jr, MAX_JUDGE_FRAME)
+        .await
+        .map_err(|_| Fault::Protocol)?;
+    if answer.get("op").and_then(Value::as_str) == Some("call") {
+        pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
+    }
+    write_frame(subject, &answer).await.map_err(|_| Fault::Died)
+}
+
+/// Waits for a subject's hello on `listener` and welcomes it. Connections that do not say
+/// hello are dropped (a submission can open as many as it likes).
+async fn accept_subject(
+    listener: &UnixListener,
+    timeout: Duration,
+    welcome: Value,
+) -> Result<(OwnedReadHalf, OwnedWriteHalf), String> {
+    tokio::time::timeout(timeout, async {
+        loop {
+            let (stream, _) = listener
+                .accept()
+                .await
+                .map_err(|e| format!("cannot accept the subject's connection: {e}"))?;
+            let (mut reader, mut writer) = stream.into_split();
+            let hello =
+                tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, MAX_HELLO)).await;
+            if !matches!(&hello, Ok(Ok(h)) if h.get("op").and_then(Value::as_str) == Some("hello"))
+            {
+                continue; // not our server's connection: the next one may be
+            }
+            if write_frame(&mut writer, &welcome).await.is_ok() {
+                return Ok((reader, writer));
+            }
+        }
+    })
+    .await
+    .map_err(|_| "the subject sandbox did not say hello in time".to_owned())?
+}
+
 struct SubjectConn {
     reader: OwnedReadHalf,
     writer: OwnedWriteHalf,
@@ -210,6 +291,8 @@ struct TestRun {
     /// Set by the broker when the subject died or ran out of time in this test.
     kill: Option<Kill>,
     breach: Option<BudgetBreach>,
+    /// What each rank of the test's rank groups used.
+    ranks: Vec<ranks::RankUsage>,
 }
 
 struct Session<'a, H: SubjectHost> {
@@ -221,6 +304,10 @@ struct Session<'a, H: SubjectHost> {
     generation: u32,
     out: Brokered,
     test: Option<TestRun>,
+    group: Option<ranks::Group>,
+    /// Rank groups started so far.
+    groups: u32,
+    rank_root: PathBuf,
 }
 
 /// The judge's answer to a call: the subject's reply as sent, or one we composed.
@@ -245,6 +332,7 @@ impl<H: SubjectHost> Session<'_, H> {
     }
 
     async fn finish(mut self) -> Brokered {
+        self.stop_group().await;
         if self.subject.take().is_some() || self.generation > 0 {
             self.host.stop().await;
         }
@@ -266,26 +354,8 @@ impl<H: SubjectHost> Session<'_, H> {
                 .map_err(|e| format!("cannot listen on the subject's socket: {e}"))?;
         }
         self.host.start(generation).await?;
-        let listener = &self.listener;
-        let accepted = tokio::time::timeout(self.cfg.startup_timeout, async {
-            loop {
-                let (stream, _) = listener
-                    .accept()
-                    .await
-                    .map_err(|e| format!("cannot accept the subject's connection: {e}"))?;
-                let (mut reader, mut writer) = stream.into_split();
-                let hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, MAX_HELLO)).await;
-                if !matches!(&hello, Ok(Ok(h)) if h.get("op").and_then(Value::as_str) == Some("hello")) {
-                    continue; // not our server's connection: the next one may be
-                }
-                let welcome = json!({"op": "welcome", "generation": generation});
-                if write_frame(&mut writer, &welcome).await.is_ok() {
-                    return Ok::<_, String>((reader, writer));
-                }
-            }
-        })
-        .await
-        .map_err(|_| "the subject sandbox did not say hello in time".to_owned())?;
+        let welcome = json!({"op": "welcome", "generation": generation});
+        let accepted = accept_subject(&self.listener, self.cfg.startup_timeout, welcome).await;
         let (reader, writer) = match accepted {
             Ok(rw) => rw,
             Err(e) => {
@@ -357,18 +427,7 @@ impl<H: SubjectHost> Session<'_, H> {
                 if reply.get("callback").is_some() {
                     // The subject called a judge callback: the judge answers (it may call the
                     // subject again meanwhile); its time is not the subject's.
-                    frame::write_raw(jw, &raw)
-                        .await
-                        .map_err(|_| Fault::Protocol)?;
-                    let answer = read_frame(jr, MAX_JUDGE_FRAME)
-                        .await
-                        .map_err(|_| Fault::Protocol)?;
-                    if answer.get("op").and_then(Value::as_str) == Some("call") {
-                        pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
-                    }
-                    write_frame(&mut subject.writer, &answer)
-                        .await
-                        .map_err(|_| Fault::Died)?;
+                    through_judge(&raw, jr, jw, &mut subject.writer, &mut pending).await?;
                     continue;
                 }
                 let replied_to = reply.get("id").cloned().unwrap_or(Value::Null);
@@ -382,18 +441,7 @@ impl<H: SubjectHost> Session<'_, H> {
                     return Ok(raw);
                 }
                 // A nested call's reply goes to the judge, which is inside a callback.
-                frame::write_raw(jw, &raw)
-                    .await
-                    .map_err(|_| Fault::Protocol)?;
-                let answer = read_frame(jr, MAX_JUDGE_FRAME)
-                    .await
-                    .map_err(|_| Fault::Protocol)?;
-                if answer.get("op").and_then(Value::as_str) == Some("call") {
-                    pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
-                }
-                write_frame(&mut subject.writer, &answer)
-                    .await
-                    .map_err(|_| Fault::Died)?;
+                through_judge(&raw, jr, jw, &mut subject.writer, &mut pending).await?;
             }
         }
         .await;
@@ -442,10 +490,23 @@ impl<H: SubjectHost> Session<'_, H> {
     async fn fault(&mut self, id: Value, fault: Fault) -> Value {
         let end = self.host.stop().await;
         self.subject = None;
+        let name = self.record_fault(fault, end.oom_killed);
+        let generation = match self.replace_subject().await {
+            Ok(()) => json!(self.generation),
+            Err(e) => {
+                self.fail_infra(&format!("the subject sandbox could not be replaced: {e}"));
+                Value::Null
+            }
+        };
+        json!({"id": id, "fault": name, "generation": generation})
+    }
+
+    /// Records a fault against the test in flight; returns its name for the judge.
+    fn record_fault(&mut self, fault: Fault, oom_killed: bool) -> &'static str {
         let (name, kill) = match fault {
             Fault::Timeout => ("timeout", Some(Kill::TimedOut)),
             Fault::Budget => ("budget", None),
-            Fault::Died if end.oom_killed => ("oom", Some(Kill::OutOfMemory)),
+            Fault::Died if oom_killed => ("oom", Some(Kill::OutOfMemory)),
             Fault::Died => ("crashed", Some(Kill::Crashed)),
             Fault::Protocol => ("protocol", Some(Kill::Crashed)),
         };
@@ -464,18 +525,11 @@ impl<H: SubjectHost> Session<'_, H> {
             }
             test.kill = test.kill.or(kill);
         }
-        let generation = match self.replace_subject().await {
-            Ok(()) => json!(self.generation),
-            Err(e) => {
-                self.fail_infra(&format!("the subject sandbox could not be replaced: {e}"));
-                Value::Null
-            }
-        };
-        json!({"id": id, "fault": name, "generation": generation})
+        name
     }
 
     /// Records a lifecycle event; `start` is answered once measurement is armed.
-    fn event(&mut self, event: Value) -> Option<Value> {
+    async fn event(&mut self, event: Value) -> Option<Value> {
         let parsed: Event = serde_json::from_value(event).ok()?;
         let reply = match &parsed {
             Event::Start { nodeid } => {
@@ -491,7 +545,9 @@ impl<H: SubjectHost> Session<'_, H> {
                     subject_time: Duration::ZERO,
                     kill: None,
                     breach: None,
+                    ranks: Vec::new(),
                 });
+                self.begin_group_measurement();
                 Some(json!({"op": "started", "nodeid": nodeid}))
             }
             _ => None,
@@ -508,8 +564,11 @@ impl<H: SubjectHost> Session<'_, H> {
             );
         }
         if let Some(nodeid) = result_of
-            && let Some(test) = self.test.take_if(|t| t.nodeid == nodeid)
+            && self.test.as_ref().is_some_and(|t| t.nodeid == nodeid)
         {
+            // A group never outlives its test: its measurements close with it.
+            self.stop_group().await;
+            let test = self.test.take().expect("checked above");
             self.close_test(test);
         }
         reply
@@ -521,10 +580,27 @@ impl<H: SubjectHost> Session<'_, H> {
             Some(s) => s.meter.end(&test.baseline),
             None => Usage::default(),
         };
+        let ranks = ranks::rank_traffic(&test.ranks);
+        if ranks.is_err() && test.budget.as_ref().is_some_and(|b| b.rank_bytes.is_some()) {
+            self.fail_infra("a rank's traffic could not be measured for a traffic budget");
+        }
+        let usage = Usage {
+            peak_memory_mb: test
+                .ranks
+                .iter()
+                .filter_map(|r| r.usage.peak_memory_mb)
+                .fold(usage.peak_memory_mb, |a, b| Some(a.map_or(b, |a| a.max(b)))),
+            // The subject's bytes and every measured rank's.
+            sent_bytes: match ranks {
+                Ok(Some((_, total))) => usage.sent_bytes.map(|s| s.saturating_add(total)),
+                _ => usage.sent_bytes,
+            },
+        };
+        let rank_max = ranks.ok().flatten().map(|(max, _)| max);
         if test.breach.is_none()
             && let Some(budget) = &test.budget
         {
-            test.breach = breach(budget, test.subject_time, &usage);
+            test.breach = breach(budget, test.subject_time, &usage, rank_max);
             if test.breach.is_none()
                 && budget.peak_memory_mb.is_some()
                 && usage.peak_memory_mb.is_none()
@@ -539,7 +615,14 @@ impl<H: SubjectHost> Session<'_, H> {
 }
 
 /// The first budget the usage exceeds, if any.
-fn breach(budget: &Budget, subject_time: Duration, usage: &Usage) -> Option<BudgetBreach> {
+/// `rank_max`: the most bytes one rank sent (when the test ran a rank group whose traffic is
+/// measured).
+fn breach(
+    budget: &Budget,
+    subject_time: Duration,
+    usage: &Usage,
+    rank_max: Option<u64>,
+) -> Option<BudgetBreach> {
     let over = |kind, measured: f64, limit: f64| {
         (measured > limit).then(|| BudgetBreach {
             kind,
@@ -560,6 +643,12 @@ fn breach(budget: &Budget, subject_time: Duration, usage: &Usage) -> Option<Budg
             budget
                 .collective_bytes
                 .zip(usage.sent_bytes)
+                .and_then(|(limit, b)| over(BudgetKind::Traffic, b as f64, limit as f64))
+        })
+        .or_else(|| {
+            budget
+                .rank_bytes
+                .zip(rank_max)
                 .and_then(|(limit, b)| over(BudgetKind::Traffic, b as f64, limit as f64))
         })
 }
@@ -633,29 +722,44 @@ mod tests {
             peak_memory_mb: Some(1.0),
             sent_bytes: Some(10),
         };
-        assert_eq!(breach(&budget, Duration::from_secs(1), &fine), None);
+        assert_eq!(breach(&budget, Duration::from_secs(1), &fine, None), None);
         let leak = Usage {
             peak_memory_mb: Some(12.345_678),
             ..fine
         };
         assert_eq!(
-            breach(&budget, Duration::from_secs(1), &leak),
+            breach(&budget, Duration::from_secs(1), &leak, None),
             Some(BudgetBreach {
                 kind: BudgetKind::Memory,
                 measured: 8.0,
                 limit: 4.0
             })
         );
-        let slow = breach(&budget, Duration::from_millis(4321), &fine).unwrap();
+        let slow = breach(&budget, Duration::from_millis(4321), &fine, None).unwrap();
         assert_eq!((slow.kind, slow.measured), (BudgetKind::Time, 3.0));
         let chatty = Usage {
             sent_bytes: Some(5000),
             ..fine
         };
         assert_eq!(
-            breach(&budget, Duration::ZERO, &chatty).unwrap().kind,
+            breach(&budget, Duration::ZERO, &chatty, None).unwrap().kind,
             BudgetKind::Traffic
         );
+        let per_rank = Budget {
+            rank_bytes: Some(1024),
+            ..Default::default()
+        };
+        assert_eq!(breach(&per_rank, Duration::ZERO, &fine, Some(1024)), None);
+        assert_eq!(
+            breach(&per_rank, Duration::ZERO, &fine, Some(2100)),
+            Some(BudgetBreach {
+                kind: BudgetKind::Traffic,
+                measured: 2048.0,
+                limit: 1024.0
+            })
+        );
+        // No rank group (or ranks whose traffic is not measured): nothing to hold against.
+        assert_eq!(breach(&per_rank, Duration::ZERO, &fine, None), None);
     }
 
     #[test]
