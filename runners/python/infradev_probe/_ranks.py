@@ -58,7 +58,8 @@ class RankClient(Client):
         )
         self._encode = self.codec.encode
         self._decode = self.codec.decode
-        self._reset_generation(self.group.id)
+        # Unique per rank, so nothing of one rank's table passes for another's.
+        self._reset_generation((self.group.id, rank))
 
     def _encode_object(self, obj):
         if callable(obj) and not isinstance(obj, (_core.Handle, _core.Method)) and not (
