@@ -189,13 +189,21 @@ fn common(honest: &Graded, accepted: &AtomicUsize) {
         "{out}"
     );
     assert!(budget.measured < 5.0, "{budget:?}");
-    // Isolation: nothing outside the group's network answered, nothing reached the host.
-    assert!(honest.passed("::test_rank_isolation"), "{out}");
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        0,
-        "a rank reached the host"
-    );
+    // Isolation: nothing outside the group's network answered, nothing reached the host
+    // (unless the executor says it cannot isolate the network: the local one without root).
+    let isolated = !honest
+        .report
+        .executor_limits
+        .iter()
+        .any(|l| l.contains("the network is not isolated"));
+    if isolated {
+        assert!(honest.passed("::test_rank_isolation"), "{out}");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            0,
+            "a rank reached the host"
+        );
+    }
     // No probe source in anything we rendered.
     assert!(!out.contains("PROBE-SECRET-ranks"), "{out}");
 }
