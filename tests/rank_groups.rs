@@ -213,6 +213,22 @@ fn docker_ranks_are_measured_and_isolated_each_in_its_own_namespace() {
     if !docker_ready() {
         return;
     }
+    // A rank network a killed grader left (deadline passed), and one still in use.
+    let network = |name: &str, deadline: &str| {
+        let out = Command::new("docker")
+            .args(["network", "create", "--internal", "--label"])
+            .arg("org.infradev.managed=true")
+            .arg("--label")
+            .arg(format!("org.infradev.deadline={deadline}"))
+            .arg(name)
+            .output()
+            .expect("docker network create");
+        assert!(out.status.success(), "{out:?}");
+    };
+    let orphan = format!("infradev-orphan-rank-{}", std::process::id());
+    let live = format!("infradev-live-net-{}", std::process::id());
+    network(&orphan, "1");
+    network(&live, "99999999999");
     let (honest, duplicate, accepted) = run_both("docker");
     common(&honest, &accepted);
     let out = &honest.output;
@@ -252,6 +268,13 @@ fn docker_ranks_are_measured_and_isolated_each_in_its_own_namespace() {
         .map(str::to_owned)
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // The grades' reaper removed the orphan network and left the live one.
+    let names = String::from_utf8_lossy(&nets.stdout).into_owned();
+    let _ = Command::new("docker")
+        .args(["network", "rm", &live])
+        .output();
+    assert!(!names.lines().any(|n| n == orphan), "{names}");
+    assert!(names.lines().any(|n| n == live), "{names}");
 }
 
 #[test]
