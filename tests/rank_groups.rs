@@ -2,8 +2,9 @@
 //! starts 2-3 subject sandboxes, one per rank, whose function exchanges bytes with rank 0
 //! over TCP (tests/fixtures/rank_groups/repo/ringx.py). Each rank's bytes sent are measured
 //! from outside it and held against a per-rank budget: the honest version passes, one that
-//! duplicates the exchange fails on traffic; a rank that dies fails its test as crashed; a
-//! hang ends on the time budget; ranks reach nothing outside their group's network.
+//! duplicates the exchange fails on traffic; one rank's memory is measured from its own
+//! cgroup; a rank that dies fails its test as crashed; a hang ends on the time budget; ranks
+//! reach nothing outside their group's network.
 
 mod support;
 
@@ -189,6 +190,19 @@ fn common(honest: &Graded, accepted: &AtomicUsize) {
         "{out}"
     );
     assert!(budget.measured < 5.0, "{budget:?}");
+    // One rank holds 64 MiB: its own cgroup (Docker) or process (local) shows it.
+    let held = honest.probe("::test_rank_holds_memory");
+    let budget = held
+        .evidence
+        .budget
+        .as_ref()
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        (budget.kind, held.category),
+        (BudgetKind::Memory, Some(Category::Memory)),
+        "{out}"
+    );
+    assert!(budget.measured >= 32.0, "64 MiB held over 16: {budget:?}");
     // Isolation: nothing outside the group's network answered, nothing reached the host
     // (unless the executor says it cannot isolate the network: the local one without root).
     let isolated = !honest
