@@ -83,6 +83,7 @@ fn check(executor: &str) {
     );
     assert!(budget.measured >= 32.0, "64 MiB held over 16: {budget:?}");
     assert!(probe("::test_isolation").passed(), "{out}");
+    assert!(probe("::test_callbacks_nest").passed(), "{out}");
     // A 30 s sleep did not hold the phase up.
     assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
     for phase in &report.phases {

@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicUsize;
 
 use tokio::io::AsyncReadExt;
 
-use super::broker::{Meter, SubjectEnd, SubjectHost};
+use super::broker::{MemorySource, Meter, RankAddress, SubjectEnd, SubjectHost};
 use super::{
     CappedOutput, Layout, PhaseSpec, Role, brokered, collected, judge_argv, official_argv,
     sandbox_env, subject_argv,
@@ -46,6 +46,7 @@ impl LocalExecutor {
             "memory is limited as address space (RLIMIT_AS): going over raises MemoryError rather than an OOM kill".to_owned(),
             "the CPU share is not limited".to_owned(),
             "processes that leave the process group are not killed when the phase ends".to_owned(),
+            "the ranks of a multi-rank probe share one network namespace: per-rank traffic is not measured and per-rank traffic budgets are not enforced".to_owned(),
         ];
         if !self.privileged {
             out.extend([
@@ -122,6 +123,7 @@ impl LocalExecutor {
                     &spec.env,
                 ),
                 current: None,
+                ranks: Vec::new(),
             };
             let argv = judge_argv(&python, &judge_layout, &spec.plugins, &spec.targets);
             let env = sandbox_env(&judge_layout, Role::Judge, spec.test_timeout_s, &spec.env);
@@ -159,6 +161,19 @@ impl LocalExecutor {
         cwd: &Path,
         uid: libc::uid_t,
     ) -> Result<tokio::process::Child, String> {
+        self.spawn_in(spec, argv, env, cwd, uid, NetNs::Private)
+    }
+
+    /// `spawn_as` with a choice of network namespace (when running as root).
+    fn spawn_in(
+        &self,
+        spec: &PhaseSpec,
+        argv: &[String],
+        env: Vec<(String, String)>,
+        cwd: &Path,
+        uid: libc::uid_t,
+        net: NetNs,
+    ) -> Result<tokio::process::Child, String> {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env_clear()
@@ -182,9 +197,10 @@ impl LocalExecutor {
         };
         let privileged = self.privileged;
         // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
-        // functions (setsid, setrlimit, unshare, setgroups, setgid, setuid).
+        // functions (setsid, setrlimit, unshare, setns, socket, ioctl, close, setgroups,
+        // setgid, setuid).
         unsafe {
-            cmd.pre_exec(move || confine(&limits, privileged, uid));
+            cmd.pre_exec(move || confine(&limits, privileged, uid, net));
         }
         cmd.spawn()
             .map_err(|e| format!("cannot start {}: {e}", argv[0]))
@@ -254,6 +270,8 @@ struct LocalSubjects<'a> {
     argv: Vec<String>,
     env: Vec<(String, String)>,
     current: Option<tokio::process::Child>,
+    /// The running rank group's processes, in rank order.
+    ranks: Vec<tokio::process::Child>,
 }
 
 impl SubjectHost for LocalSubjects<'_> {
@@ -287,6 +305,103 @@ impl SubjectHost for LocalSubjects<'_> {
         // RLIMIT_AS makes allocations fail (MemoryError) instead of an OOM kill.
         SubjectEnd::default()
     }
+
+    /// Each rank is a process group of its own, as the subject user. As root, the ranks share
+    /// one private network namespace (rank 0's, with its loopback up); otherwise the host's.
+    async fn start_ranks(
+        &mut self,
+        _group: u32,
+        socket_dirs: &[PathBuf],
+    ) -> Result<RankAddress, String> {
+        let master_port = if self.executor.privileged {
+            29500
+        } else {
+            free_port().map_err(|e| format!("cannot find a free port for rank 0: {e}"))?
+        };
+        let mut netns: Option<std::fs::File> = None;
+        for (rank, dir) in socket_dirs.iter().enumerate() {
+            let socket = dir
+                .join(super::broker::SUBJECT_SOCKET)
+                .display()
+                .to_string();
+            let env = self
+                .env
+                .iter()
+                .map(|(k, v)| match k.as_str() {
+                    "INFRADEV_BROKER" => (k.clone(), socket.clone()),
+                    _ => (k.clone(), v.clone()),
+                })
+                .collect();
+            let net = match &netns {
+                None => NetNs::PrivateWithLoopback,
+                Some(f) => NetNs::Join(std::os::fd::AsRawFd::as_raw_fd(f)),
+            };
+            let mut child = self.executor.spawn_in(
+                self.spec,
+                &self.argv,
+                env,
+                &self.spec.repo,
+                SUBJECT_USER,
+                net,
+            )?;
+            drop(child.stdout.take());
+            drop(child.stderr.take());
+            if rank == 0 && self.executor.privileged {
+                let pid = child.id().ok_or("rank 0 exited at once")?;
+                netns = Some(
+                    std::fs::File::open(format!("/proc/{pid}/ns/net"))
+                        .map_err(|e| format!("cannot open rank 0's network namespace: {e}"))?,
+                );
+            }
+            self.ranks.push(child);
+        }
+        Ok(RankAddress {
+            master_addr: "127.0.0.1".into(),
+            master_port,
+        })
+    }
+
+    async fn rank_meters(&mut self) -> Vec<Meter> {
+        // Memory per process; traffic cannot be told apart per rank here (one namespace).
+        self.ranks
+            .iter()
+            .map(|c| match c.id() {
+                Some(pid) => Meter::new(Some(MemorySource::Process { pid }), None),
+                None => Meter::default(),
+            })
+            .collect()
+    }
+
+    async fn stop_ranks(&mut self) -> Vec<SubjectEnd> {
+        let ranks = std::mem::take(&mut self.ranks);
+        for child in &ranks {
+            kill_group(child.id().map(|p| p as libc::pid_t));
+        }
+        let mut ends = Vec::with_capacity(ranks.len());
+        for mut child in ranks {
+            let _ = child.wait().await;
+            ends.push(SubjectEnd::default());
+        }
+        ends
+    }
+}
+
+/// A port nobody listens on now (the host's network is shared without root).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Which network namespace a confined process gets when the executor runs as root.
+#[derive(Clone, Copy)]
+enum NetNs {
+    /// A new, empty one (no interface up).
+    Private,
+    /// A new one with its loopback up (rank 0 of a group).
+    PrivateWithLoopback,
+    /// The one this descriptor (`/proc/<pid>/ns/net`) names (the other ranks).
+    Join(std::os::fd::RawFd),
 }
 
 #[derive(Clone, Copy)]
@@ -296,7 +411,12 @@ struct RLimits {
     file_size: u64,
 }
 
-fn confine(limits: &RLimits, privileged: bool, uid: libc::uid_t) -> std::io::Result<()> {
+fn confine(
+    limits: &RLimits,
+    privileged: bool,
+    uid: libc::uid_t,
+    net: NetNs,
+) -> std::io::Result<()> {
     let check = |rc: libc::c_int| {
         if rc == 0 {
             Ok(())
@@ -322,13 +442,46 @@ fn confine(limits: &RLimits, privileged: bool, uid: libc::uid_t) -> std::io::Res
         set(libc::RLIMIT_FSIZE, limits.file_size)?;
         set(libc::RLIMIT_CORE, 0)?;
         if privileged {
-            check(libc::unshare(libc::CLONE_NEWNET))?;
+            match net {
+                NetNs::Private => check(libc::unshare(libc::CLONE_NEWNET))?,
+                NetNs::PrivateWithLoopback => {
+                    check(libc::unshare(libc::CLONE_NEWNET))?;
+                    loopback_up()?;
+                }
+                NetNs::Join(fd) => check(libc::setns(fd, libc::CLONE_NEWNET))?,
+            }
             check(libc::setgroups(0, std::ptr::null()))?;
             check(libc::setgid(uid))?;
             check(libc::setuid(uid))?;
         }
     }
     Ok(())
+}
+
+/// Brings `lo` up in the calling process's (new) network namespace.
+///
+/// # Safety
+/// Plain syscalls; async-signal-safe, for use between fork and exec.
+unsafe fn loopback_up() -> std::io::Result<()> {
+    // SAFETY: socket/ioctl/close on a descriptor we own and a zeroed, NUL-terminated ifreq.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
+            *d = *s as libc::c_char;
+        }
+        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req);
+        if rc == 0 {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req);
+        }
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if rc == 0 { Ok(()) } else { Err(err) }
+    }
 }
 
 async fn read_capped<R: tokio::io::AsyncRead + Unpin>(

@@ -45,8 +45,12 @@ pub struct Budget {
     pub wall_time_s: Option<f64>,
     #[serde(default)]
     pub collective_calls: Option<u64>,
+    /// Bytes sent by the subject, plus every rank of the test's rank groups.
     #[serde(default)]
     pub collective_bytes: Option<u64>,
+    /// Bytes sent by any one rank of the test's rank groups (the largest over ranks).
+    #[serde(default)]
+    pub rank_bytes: Option<u64>,
 }
 
 impl Budget {

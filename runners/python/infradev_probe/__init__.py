@@ -15,6 +15,7 @@ relayed by the broker. Nothing of the submission is imported or executed here.
 
 from ._api import Batch, BatchItem, Subject, subject
 from ._core import Handle, Method, ModuleProxy
+from ._ranks import Rank, RankGroup
 from ._errors import (
     NotEncodable,
     ProtocolError,
@@ -36,6 +37,8 @@ __all__ = [
     "Handle",
     "Method",
     "ModuleProxy",
+    "Rank",
+    "RankGroup",
     "SubjectError",
     "RemoteException",
     "SubjectFault",

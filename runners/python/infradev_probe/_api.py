@@ -13,16 +13,18 @@ from ._core import (
     _signature,
     client,
 )
-from ._errors import ProtocolError
+from ._errors import ProtocolError, StaleHandle
 
 
-def _target(obj):
+def _target(obj, c=None):
     """(request fields, hint) for calling ``obj``: a method shortcut or a callable handle."""
     if type(obj) is Method:
         owner = obj._infradev_owner
+        if c is not None and owner._infradev_c is not c and type(owner) is not ModuleProxy:
+            raise StaleHandle("a handle of another subject or rank was used")
         return {"op": "call_method", "obj": owner._infradev_obj(), "name": obj._infradev_name}, \
             obj._infradev_name
-    c = client()
+    c = c or client()
     return {"op": "call", "obj": c._encode(obj)}, None
 
 
@@ -31,6 +33,10 @@ class Subject:
 
     def __init__(self):
         self._modules = {}
+
+    def _client(self):
+        """The connection this object's requests go through."""
+        return client()
 
     def module(self, name):
         """A proxy for the subject's module ``name`` (``"pkg.mod"``), imported on first use
@@ -46,7 +52,7 @@ class Subject:
 
     def put(self, value):
         """A handle to a copy of ``value`` living in the subject (for in-place APIs)."""
-        c = client()
+        c = self._client()
         return c.call({"op": "put", "value": c._encode(value)})
 
     def fetch(self, obj):
@@ -54,13 +60,13 @@ class Subject:
         they are."""
         if not isinstance(obj, (Handle, Method)):
             return obj
-        c = client()
+        c = self._client()
         return c.call({"op": "fetch", "obj": c._encode(obj)})
 
     def keep(self, fn, *args, **kwargs):
         """Calls ``fn`` and returns the result as a handle, even when it could cross by value."""
-        req, hint = _target(fn)
-        c = client()
+        req, hint = _target(fn, self._client())
+        c = self._client()
         req["args"] = c._encode(list(args)) if args else []
         req["kwargs"] = c._encode(kwargs) if kwargs else _NO_KWARGS
         req["keep"] = True
@@ -68,8 +74,8 @@ class Subject:
 
     def call(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` in the subject (the same as calling the handle)."""
-        req, hint = _target(fn)
-        c = client()
+        req, hint = _target(fn, self._client())
+        c = self._client()
         req["args"] = c._encode(list(args)) if args else []
         req["kwargs"] = c._encode(kwargs) if kwargs else _NO_KWARGS
         return c.call(req, _VALUE, hint)
@@ -79,29 +85,29 @@ class Subject:
     def signature(self, obj):
         """``inspect.signature`` of a subject callable, as a local ``inspect.Signature``
         (parameter names, kinds and defaults; no annotations)."""
-        return _signature(obj)
+        return _signature(obj, self._client())
 
     def describe(self, obj):
         """``{"kind", "callable", "exception", "builtin"}`` of a subject object."""
-        c = client()
+        c = self._client()
         return _check_describe(c.call({"op": "describe", "obj": c._encode(obj)}, _RAW))
 
     def isinstance(self, obj, cls):
         """``isinstance`` evaluated in the subject (``cls``: a handle or a tuple of them)."""
-        return _remote_isinstance(obj, cls)
+        return _remote_isinstance(obj, cls, self._client())
 
     def issubclass(self, cls, base):
-        c = client()
+        c = self._client()
         bases = list(base) if type(base) is tuple else base
         return c.call({"op": "issubclass", "cls": c._encode(cls), "base": c._encode(bases)})
 
     def dir(self, obj):
-        c = client()
+        c = self._client()
         return c.call({"op": "dir", "obj": c._encode(obj)})
 
     def getattr(self, obj, name, *default):
         """``getattr`` in the subject, for any name (dunders included)."""
-        c = client()
+        c = self._client()
         try:
             return c.call({"op": "getattr", "obj": c._encode(obj), "name": name}, _VALUE, name)
         except AttributeError:
@@ -117,30 +123,39 @@ class Subject:
         return True
 
     def hash(self, obj):
-        c = client()
+        c = self._client()
         return c.call({"op": "hash", "obj": c._encode(obj)})
+
+    # ---- rank groups -------------------------------------------------------------------------
+
+    def ranks(self, world_size):
+        """A group of ``world_size`` (2-4) ranks, each a subject sandbox of its own:
+        ``with subject.ranks(2) as group: group.call_all("pkg.mod", "fn", [(a,), (b,)])``."""
+        from ._ranks import RankGroup
+
+        return RankGroup(world_size)
 
     # ---- batches ----------------------------------------------------------------------------
 
     def batch(self):
         """A batch: requests queued in the ``with`` block go in one round trip at its end."""
-        return Batch()
+        return Batch(self._client())
 
     # ---- state ------------------------------------------------------------------------------
 
     @property
     def generation(self):
         """The current subject's number (a new one after each crash)."""
-        return client().generation
+        return self._client().generation
 
     @property
     def last_subject_ns(self):
         """The broker's measure of the last call's subject time (ns)."""
-        return client().last_subject_ns
+        return self._client().last_subject_ns
 
     def release(self):
         """Sends pending handle releases now."""
-        client().flush_releases()
+        self._client().flush_releases()
 
 
 class BatchItem:
@@ -182,8 +197,8 @@ class Batch:
     batches) when the ``with`` block ends or ``run()`` is called. Every request runs, in order,
     whatever the others did; ``results`` raises the first error, ``items`` tells each one."""
 
-    def __init__(self):
-        self._c = client()
+    def __init__(self, c=None):
+        self._c = c or client()
         self._reqs = []
         self._hints = []
         self.items = []
@@ -211,7 +226,7 @@ class Batch:
 
     def call(self, fn, *args, **kwargs):
         """Queues ``fn(*args, **kwargs)``; ``obj.method`` queues one ``call_method``."""
-        req, hint = _target(fn)
+        req, hint = _target(fn, self._c)
         enc = self._c._encode
         req["args"] = enc(list(args)) if args else []
         req["kwargs"] = enc(kwargs) if kwargs else _NO_KWARGS

@@ -144,6 +144,8 @@ class Client:
         self.last_subject_ns = None
         self.subject_ns = 0  # total subject time of this connection's calls
         self.calls = 0
+        self.rank = None  # the rank a RankClient serves; None for the subject
+        self.groups = {}  # group id -> RankGroup, for replies drained late
         self.codec = wire.Codec(
             encode_object=self._encode_object,
             decode_ref=self._decode_ref,
@@ -302,6 +304,14 @@ class Client:
                 msg = self._read()
                 if msg is None:
                     raise ProtocolError("the broker closed the connection")
+                if "group" in msg:  # a rank call's late reply: its handles are the rank's
+                    if msg.get("id") != top:
+                        raise ProtocolError("a reply to another call")
+                    self.stack.pop()
+                    group = self.groups.get(msg.get("group"))
+                    if "fault" in msg and group is not None:
+                        group._ended()
+                    continue
                 if "fault" in msg:
                     self._on_fault(msg)
                     return
@@ -418,14 +428,12 @@ class Client:
 
     def _encode_object(self, obj):
         t = type(obj)
-        if t is Handle:
-            return {"$ref": obj._infradev_r()}
-        if t is ModuleProxy:
-            return {"$ref": obj._infradev_r()}
+        if t is Handle or isinstance(obj, ModuleProxy):
+            return {"$ref": self._own(obj, obj._infradev_r())}
         if t is Method:
             h = obj._infradev_resolve()
             self.keepalive.append(h)
-            return {"$ref": h._infradev_r()}
+            return {"$ref": self._own(h, h._infradev_r())}
         if isinstance(obj, type) and issubclass(obj, RemoteException):
             ref = obj.__dict__.get("_infradev_ref")
             if ref is not None:
@@ -435,6 +443,13 @@ class Client:
         if callable(obj):
             return {"$callback": self.callback_id(obj)}
         raise TypeError("a %s cannot be sent to the subject" % t.__name__)
+
+    def _own(self, handle, ref):
+        """``ref`` if ``handle`` lives in this connection's subject (or rank)."""
+        other = handle._infradev_c
+        if other is not self and (self.rank is not None or other.rank is not None):
+            raise StaleHandle("a handle of another subject or rank was used")
+        return ref
 
     def _decode_ref(self, tag):
         ref = tag.get("$ref")
@@ -912,15 +927,15 @@ class ModuleProxy(Handle):
     __str__ = __repr__
 
 
-def _remote_isinstance(obj, cls):
-    c = client()
+def _remote_isinstance(obj, cls, c=None):
+    c = c or client()
     classes = list(cls) if type(cls) is tuple else cls
     return c.call({"op": "isinstance", "obj": c._encode(obj), "cls": c._encode(classes)})
 
 
-def _signature(obj):
+def _signature(obj, c=None):
     """An ``inspect.Signature`` built locally from the subject's parameter list."""
-    c = client()
+    c = c or client()
     raw = c.call({"op": "signature", "obj": c._encode(obj)}, _RAW)
     if type(raw) is not dict or set(raw) != {"params"} or type(raw["params"]) is not list:
         raise ProtocolError("bad signature reply")

@@ -601,6 +601,10 @@ def _protect_stdio():
         os.close(devnull)
 
 
+# The variables a rank's welcome may set (torch.distributed's env:// names).
+_RANK_ENV = frozenset(("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
 def main():
     path = os.environ.get("INFRADEV_BROKER")
     if not path:
@@ -620,6 +624,14 @@ def main():
             or _type(welcome.get("generation")) is not _int):
         sys.stderr.write("infradev_subject: the broker sent no welcome\n")
         return 2
+    # A rank of a group: where it stands (RANK, WORLD_SIZE, MASTER_ADDR, ...), set before
+    # anything of the repository is imported.
+    rank_env = welcome.get("env", {})
+    if (_type(rank_env) is not dict or set(rank_env) - _RANK_ENV
+            or any(_type(v) is not str for v in rank_env.values())):
+        sys.stderr.write("infradev_subject: bad rank environment\n")
+        return 2
+    os.environ.update(rank_env)
     _protect_stdio()
     sys.dont_write_bytecode = True
     sys.path.insert(0, repo)

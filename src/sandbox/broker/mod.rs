@@ -6,8 +6,10 @@
 //! cgroup, bytes on its network namespace), enforces per-call and per-test deadlines,
 //! replaces a subject that died, and is the only writer of the phase's results.
 
+mod budget;
 mod frame;
 mod meter;
+mod ranks;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -17,8 +19,10 @@ use serde_json::{Value, json};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 
+use budget::{breach, budget_for, coarse};
 pub use frame::{FrameError, read_frame, read_raw, write_frame};
 pub use meter::{MemorySource, Meter, Usage};
+pub use ranks::{MAX_WORLD_SIZE, MIN_WORLD_SIZE, RankAddress, rank_socket_dir};
 
 use crate::grading::{BudgetBreach, BudgetKind, Kill};
 use crate::results::{Event, PhaseResults};
@@ -42,6 +46,18 @@ pub trait SubjectHost: Send {
     fn meter(&mut self) -> impl Future<Output = Meter> + Send;
     /// Stops the running subject (if any) and says whether the kernel's OOM killer ended it.
     fn stop(&mut self) -> impl Future<Output = SubjectEnd> + Send;
+    /// Starts rank group `group`: one subject sandbox per rank, rank `r` connecting to the
+    /// subject socket in `socket_dirs[r]`, all joined by a network of their own (and nothing
+    /// else). Returns where rank 0 can be reached.
+    fn start_ranks(
+        &mut self,
+        group: u32,
+        socket_dirs: &[PathBuf],
+    ) -> impl Future<Output = Result<RankAddress, String>> + Send;
+    /// A meter per rank of the running group, in rank order.
+    fn rank_meters(&mut self) -> impl Future<Output = Vec<Meter>> + Send;
+    /// Stops every rank of the running group (if any) and removes its network.
+    fn stop_ranks(&mut self) -> impl Future<Output = Vec<SubjectEnd>> + Send;
 }
 
 /// How a subject ended.
@@ -74,6 +90,8 @@ pub struct Brokered {
     pub calls: u64,
     /// How many subjects were started (1 + replacements after faults).
     pub subjects: u32,
+    /// How many rank groups were started.
+    pub rank_groups: u32,
 }
 
 /// Both listening sockets of one probe phase.
@@ -81,6 +99,8 @@ pub struct Broker {
     judge: UnixListener,
     subject: UnixListener,
     subject_path: PathBuf,
+    /// Where the rank groups' socket directories are made.
+    rank_root: PathBuf,
 }
 
 impl Broker {
@@ -92,6 +112,7 @@ impl Broker {
             judge: listen(&judge_dir.join(JUDGE_SOCKET))?,
             subject: listen(&subject_path)?,
             subject_path,
+            rank_root: subject_dir.parent().unwrap_or(subject_dir).to_path_buf(),
         })
     }
 
@@ -111,6 +132,9 @@ impl Broker {
             generation: 0,
             out: Brokered::default(),
             test: None,
+            group: None,
+            groups: 0,
+            rank_root: self.rank_root,
         };
         tokio::pin!(judge_exited);
         // The first subject comes up while the judge starts; its hello is the infra boundary.
@@ -163,6 +187,11 @@ impl Broker {
                         }
                     })
                 }
+                Some("call") if frame.get("rank").is_some() => {
+                    Some(session.rank_call(&frame).await)
+                }
+                Some("call_ranks") => Some(session.call_ranks(&frame).await),
+                Some("ranks") => Some(session.ranks_op(&frame).await),
                 Some("call") => match session.call(&frame, &raw, &mut jr, &mut jw).await {
                     Reply::Raw(bytes) => {
                         if frame::write_raw(&mut jw, &bytes).await.is_err() {
@@ -172,7 +201,11 @@ impl Broker {
                     }
                     Reply::Value(v) => Some(v),
                 },
-                Some("event") => session.event(frame.get("event").cloned().unwrap_or(Value::Null)),
+                Some("event") => {
+                    session
+                        .event(frame.get("event").cloned().unwrap_or(Value::Null))
+                        .await
+                }
                 _ => None,
             };
             if let Some(reply) = reply
@@ -194,6 +227,56 @@ fn listen(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Inside a callback: sends the subject's frame to the judge and relays the judge's answer
+/// (a callback result, or a nested call whose id is pushed on `pending`) to the subject.
+async fn through_judge(
+    raw: &[u8],
+    jr: &mut OwnedReadHalf,
+    jw: &mut OwnedWriteHalf,
+    subject: &mut OwnedWriteHalf,
+    pending: &mut Vec<Value>,
+) -> Result<(), Fault> {
+    frame::write_raw(jw, raw)
+        .await
+        .map_err(|_| Fault::Protocol)?;
+    let answer = read_frame(jr, MAX_JUDGE_FRAME)
+        .await
+        .map_err(|_| Fault::Protocol)?;
+    if answer.get("op").and_then(Value::as_str) == Some("call") {
+        pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
+    }
+    write_frame(subject, &answer).await.map_err(|_| Fault::Died)
+}
+
+/// Waits for a subject's hello on `listener` and welcomes it. Connections that do not say
+/// hello are dropped (a submission can open as many as it likes).
+async fn accept_subject(
+    listener: &UnixListener,
+    timeout: Duration,
+    welcome: Value,
+) -> Result<(OwnedReadHalf, OwnedWriteHalf), String> {
+    tokio::time::timeout(timeout, async {
+        loop {
+            let (stream, _) = listener
+                .accept()
+                .await
+                .map_err(|e| format!("cannot accept the subject's connection: {e}"))?;
+            let (mut reader, mut writer) = stream.into_split();
+            let hello =
+                tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, MAX_HELLO)).await;
+            if !matches!(&hello, Ok(Ok(h)) if h.get("op").and_then(Value::as_str) == Some("hello"))
+            {
+                continue; // not our server's connection: the next one may be
+            }
+            if write_frame(&mut writer, &welcome).await.is_ok() {
+                return Ok((reader, writer));
+            }
+        }
+    })
+    .await
+    .map_err(|_| "the subject sandbox did not say hello in time".to_owned())?
+}
+
 struct SubjectConn {
     reader: OwnedReadHalf,
     writer: OwnedWriteHalf,
@@ -210,6 +293,8 @@ struct TestRun {
     /// Set by the broker when the subject died or ran out of time in this test.
     kill: Option<Kill>,
     breach: Option<BudgetBreach>,
+    /// What each rank of the test's rank groups used.
+    ranks: Vec<ranks::RankUsage>,
 }
 
 struct Session<'a, H: SubjectHost> {
@@ -221,6 +306,10 @@ struct Session<'a, H: SubjectHost> {
     generation: u32,
     out: Brokered,
     test: Option<TestRun>,
+    group: Option<ranks::Group>,
+    /// Rank groups started so far.
+    groups: u32,
+    rank_root: PathBuf,
 }
 
 /// The judge's answer to a call: the subject's reply as sent, or one we composed.
@@ -245,6 +334,7 @@ impl<H: SubjectHost> Session<'_, H> {
     }
 
     async fn finish(mut self) -> Brokered {
+        self.stop_group().await;
         if self.subject.take().is_some() || self.generation > 0 {
             self.host.stop().await;
         }
@@ -266,26 +356,8 @@ impl<H: SubjectHost> Session<'_, H> {
                 .map_err(|e| format!("cannot listen on the subject's socket: {e}"))?;
         }
         self.host.start(generation).await?;
-        let listener = &self.listener;
-        let accepted = tokio::time::timeout(self.cfg.startup_timeout, async {
-            loop {
-                let (stream, _) = listener
-                    .accept()
-                    .await
-                    .map_err(|e| format!("cannot accept the subject's connection: {e}"))?;
-                let (mut reader, mut writer) = stream.into_split();
-                let hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, MAX_HELLO)).await;
-                if !matches!(&hello, Ok(Ok(h)) if h.get("op").and_then(Value::as_str) == Some("hello")) {
-                    continue; // not our server's connection: the next one may be
-                }
-                let welcome = json!({"op": "welcome", "generation": generation});
-                if write_frame(&mut writer, &welcome).await.is_ok() {
-                    return Ok::<_, String>((reader, writer));
-                }
-            }
-        })
-        .await
-        .map_err(|_| "the subject sandbox did not say hello in time".to_owned())?;
+        let welcome = json!({"op": "welcome", "generation": generation});
+        let accepted = accept_subject(&self.listener, self.cfg.startup_timeout, welcome).await;
         let (reader, writer) = match accepted {
             Ok(rw) => rw,
             Err(e) => {
@@ -357,18 +429,7 @@ impl<H: SubjectHost> Session<'_, H> {
                 if reply.get("callback").is_some() {
                     // The subject called a judge callback: the judge answers (it may call the
                     // subject again meanwhile); its time is not the subject's.
-                    frame::write_raw(jw, &raw)
-                        .await
-                        .map_err(|_| Fault::Protocol)?;
-                    let answer = read_frame(jr, MAX_JUDGE_FRAME)
-                        .await
-                        .map_err(|_| Fault::Protocol)?;
-                    if answer.get("op").and_then(Value::as_str) == Some("call") {
-                        pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
-                    }
-                    write_frame(&mut subject.writer, &answer)
-                        .await
-                        .map_err(|_| Fault::Died)?;
+                    through_judge(&raw, jr, jw, &mut subject.writer, &mut pending).await?;
                     continue;
                 }
                 let replied_to = reply.get("id").cloned().unwrap_or(Value::Null);
@@ -382,18 +443,7 @@ impl<H: SubjectHost> Session<'_, H> {
                     return Ok(raw);
                 }
                 // A nested call's reply goes to the judge, which is inside a callback.
-                frame::write_raw(jw, &raw)
-                    .await
-                    .map_err(|_| Fault::Protocol)?;
-                let answer = read_frame(jr, MAX_JUDGE_FRAME)
-                    .await
-                    .map_err(|_| Fault::Protocol)?;
-                if answer.get("op").and_then(Value::as_str) == Some("call") {
-                    pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
-                }
-                write_frame(&mut subject.writer, &answer)
-                    .await
-                    .map_err(|_| Fault::Died)?;
+                through_judge(&raw, jr, jw, &mut subject.writer, &mut pending).await?;
             }
         }
         .await;
@@ -442,10 +492,23 @@ impl<H: SubjectHost> Session<'_, H> {
     async fn fault(&mut self, id: Value, fault: Fault) -> Value {
         let end = self.host.stop().await;
         self.subject = None;
+        let name = self.record_fault(fault, end.oom_killed);
+        let generation = match self.replace_subject().await {
+            Ok(()) => json!(self.generation),
+            Err(e) => {
+                self.fail_infra(&format!("the subject sandbox could not be replaced: {e}"));
+                Value::Null
+            }
+        };
+        json!({"id": id, "fault": name, "generation": generation})
+    }
+
+    /// Records a fault against the test in flight; returns its name for the judge.
+    fn record_fault(&mut self, fault: Fault, oom_killed: bool) -> &'static str {
         let (name, kill) = match fault {
             Fault::Timeout => ("timeout", Some(Kill::TimedOut)),
             Fault::Budget => ("budget", None),
-            Fault::Died if end.oom_killed => ("oom", Some(Kill::OutOfMemory)),
+            Fault::Died if oom_killed => ("oom", Some(Kill::OutOfMemory)),
             Fault::Died => ("crashed", Some(Kill::Crashed)),
             Fault::Protocol => ("protocol", Some(Kill::Crashed)),
         };
@@ -464,18 +527,11 @@ impl<H: SubjectHost> Session<'_, H> {
             }
             test.kill = test.kill.or(kill);
         }
-        let generation = match self.replace_subject().await {
-            Ok(()) => json!(self.generation),
-            Err(e) => {
-                self.fail_infra(&format!("the subject sandbox could not be replaced: {e}"));
-                Value::Null
-            }
-        };
-        json!({"id": id, "fault": name, "generation": generation})
+        name
     }
 
     /// Records a lifecycle event; `start` is answered once measurement is armed.
-    fn event(&mut self, event: Value) -> Option<Value> {
+    async fn event(&mut self, event: Value) -> Option<Value> {
         let parsed: Event = serde_json::from_value(event).ok()?;
         let reply = match &parsed {
             Event::Start { nodeid } => {
@@ -491,7 +547,9 @@ impl<H: SubjectHost> Session<'_, H> {
                     subject_time: Duration::ZERO,
                     kill: None,
                     breach: None,
+                    ranks: Vec::new(),
                 });
+                self.begin_group_measurement();
                 Some(json!({"op": "started", "nodeid": nodeid}))
             }
             _ => None,
@@ -508,8 +566,11 @@ impl<H: SubjectHost> Session<'_, H> {
             );
         }
         if let Some(nodeid) = result_of
-            && let Some(test) = self.test.take_if(|t| t.nodeid == nodeid)
+            && self.test.as_ref().is_some_and(|t| t.nodeid == nodeid)
         {
+            // A group never outlives its test: its measurements close with it.
+            self.stop_group().await;
+            let test = self.test.take().expect("checked above");
             self.close_test(test);
         }
         reply
@@ -521,10 +582,27 @@ impl<H: SubjectHost> Session<'_, H> {
             Some(s) => s.meter.end(&test.baseline),
             None => Usage::default(),
         };
+        let ranks = ranks::rank_traffic(&test.ranks);
+        if ranks.is_err() && test.budget.as_ref().is_some_and(|b| b.rank_bytes.is_some()) {
+            self.fail_infra("a rank's traffic could not be measured for a traffic budget");
+        }
+        let usage = Usage {
+            peak_memory_mb: test
+                .ranks
+                .iter()
+                .filter_map(|r| r.usage.peak_memory_mb)
+                .fold(usage.peak_memory_mb, |a, b| Some(a.map_or(b, |a| a.max(b)))),
+            // The subject's bytes and every measured rank's.
+            sent_bytes: match ranks {
+                Ok(Some((_, total))) => usage.sent_bytes.map(|s| s.saturating_add(total)),
+                _ => usage.sent_bytes,
+            },
+        };
+        let rank_max = ranks.ok().flatten().map(|(max, _)| max);
         if test.breach.is_none()
             && let Some(budget) = &test.budget
         {
-            test.breach = breach(budget, test.subject_time, &usage);
+            test.breach = breach(budget, test.subject_time, &usage, rank_max);
             if test.breach.is_none()
                 && budget.peak_memory_mb.is_some()
                 && usage.peak_memory_mb.is_none()
@@ -536,56 +614,6 @@ impl<H: SubjectHost> Session<'_, H> {
             .results
             .override_result(&test.nodeid, test.kill, test.breach);
     }
-}
-
-/// The first budget the usage exceeds, if any.
-fn breach(budget: &Budget, subject_time: Duration, usage: &Usage) -> Option<BudgetBreach> {
-    let over = |kind, measured: f64, limit: f64| {
-        (measured > limit).then(|| BudgetBreach {
-            kind,
-            measured: coarse(measured, limit),
-            limit,
-        })
-    };
-    budget
-        .peak_memory_mb
-        .zip(usage.peak_memory_mb)
-        .and_then(|(limit, m)| over(BudgetKind::Memory, m, limit))
-        .or_else(|| {
-            budget
-                .wall_time_s
-                .and_then(|limit| over(BudgetKind::Time, subject_time.as_secs_f64(), limit))
-        })
-        .or_else(|| {
-            budget
-                .collective_bytes
-                .zip(usage.sent_bytes)
-                .and_then(|(limit, b)| over(BudgetKind::Traffic, b as f64, limit as f64))
-        })
-}
-
-/// A measurement over its limit as it is reported: the largest power-of-two multiple of the
-/// limit it reaches (a lower bound: "at least 8x the budget"). The subject shapes what it
-/// uses, so an exact figure would be a channel out of the sandbox (a few bits of hidden
-/// inputs per probe and grade); a bucket carries at most about two.
-fn coarse(measured: f64, limit: f64) -> f64 {
-    if !(measured.is_finite() && limit > 0.0 && measured > limit) {
-        return limit;
-    }
-    let mut bucket = limit;
-    while bucket * 2.0 <= measured && bucket < limit * 1024.0 {
-        bucket *= 2.0;
-    }
-    bucket
-}
-
-fn budget_for<'a>(budgets: &'a [(String, Budget)], nodeid: &str) -> Option<&'a Budget> {
-    let base = nodeid.split_once('[').map_or(nodeid, |(b, _)| b);
-    budgets
-        .iter()
-        .find(|(id, _)| id == nodeid)
-        .or_else(|| budgets.iter().find(|(id, _)| id == base))
-        .map(|(_, b)| b)
 }
 
 /// The socket directories of one probe phase, created private to it.
@@ -603,67 +631,4 @@ pub fn socket_dirs(phase_dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
 /// Connects to a socket (for tests and the local executor's readiness checks).
 pub async fn connect(path: &Path) -> std::io::Result<UnixStream> {
     UnixStream::connect(path).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budgets_apply_to_every_case_of_a_test() {
-        let b = Budget {
-            wall_time_s: Some(1.0),
-            ..Default::default()
-        };
-        let budgets = vec![("t.py::test_x".to_owned(), b.clone())];
-        assert_eq!(budget_for(&budgets, "t.py::test_x[1-2]"), Some(&b));
-        assert_eq!(budget_for(&budgets, "t.py::test_x"), Some(&b));
-        assert_eq!(budget_for(&budgets, "t.py::test_y"), None);
-    }
-
-    #[test]
-    fn breaches_are_measured_against_each_budget() {
-        let budget = Budget {
-            peak_memory_mb: Some(4.0),
-            wall_time_s: Some(3.0),
-            collective_bytes: Some(1000),
-            ..Default::default()
-        };
-        let fine = Usage {
-            peak_memory_mb: Some(1.0),
-            sent_bytes: Some(10),
-        };
-        assert_eq!(breach(&budget, Duration::from_secs(1), &fine), None);
-        let leak = Usage {
-            peak_memory_mb: Some(12.345_678),
-            ..fine
-        };
-        assert_eq!(
-            breach(&budget, Duration::from_secs(1), &leak),
-            Some(BudgetBreach {
-                kind: BudgetKind::Memory,
-                measured: 8.0,
-                limit: 4.0
-            })
-        );
-        let slow = breach(&budget, Duration::from_millis(4321), &fine).unwrap();
-        assert_eq!((slow.kind, slow.measured), (BudgetKind::Time, 3.0));
-        let chatty = Usage {
-            sent_bytes: Some(5000),
-            ..fine
-        };
-        assert_eq!(
-            breach(&budget, Duration::ZERO, &chatty).unwrap().kind,
-            BudgetKind::Traffic
-        );
-    }
-
-    #[test]
-    fn figures_are_power_of_two_multiples_of_the_limit() {
-        assert_eq!(coarse(37.6, 4.0), 32.0);
-        assert_eq!(coarse(4.1, 4.0), 4.0);
-        assert_eq!(coarse(8.0, 4.0), 8.0);
-        assert_eq!(coarse(1e12, 1.0), 1024.0);
-        assert_eq!(coarse(f64::NAN, 2.0), 2.0);
-    }
 }

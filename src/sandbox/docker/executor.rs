@@ -6,7 +6,7 @@
 //! its own socket directory and nothing else in common.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
@@ -22,9 +22,10 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::image::EnvImage;
+use super::ranks::DockerRanks;
 use crate::grading::Kill;
 use crate::results::{PhaseResults, SandboxEnd};
-use crate::sandbox::broker::{Meter, SubjectEnd, SubjectHost};
+use crate::sandbox::broker::{Meter, RankAddress, SubjectEnd, SubjectHost};
 use crate::sandbox::command::{Role, judge_argv, official_argv, subject_argv};
 use crate::sandbox::{CappedOutput, Layout, PhaseSpec, brokered, collected, sandbox_env};
 use crate::task::Gpus;
@@ -133,6 +134,12 @@ impl DockerExecutor {
             );
             let subjects = DockerSubjects {
                 docker: &self.docker,
+                ranks: DockerRanks::new(
+                    subject.clone(),
+                    layout.socket_dir.clone(),
+                    name(spec, "rank"),
+                    spec.run_id.clone(),
+                ),
                 body: subject,
                 prefix: name(spec, "subject"),
                 current: None,
@@ -261,7 +268,7 @@ impl DockerExecutor {
     }
 }
 
-async fn kill(docker: &Docker, id: &str) {
+pub(super) async fn kill(docker: &Docker, id: &str) {
     let _ = docker
         .kill_container(
             id,
@@ -282,6 +289,8 @@ struct DockerSubjects<'a> {
     prefix: String,
     /// The running subject's container id and its init process on this host.
     current: Option<(String, Option<u32>)>,
+    /// The rank groups' containers and network.
+    ranks: DockerRanks,
 }
 
 impl SubjectHost for DockerSubjects<'_> {
@@ -334,20 +343,39 @@ impl SubjectHost for DockerSubjects<'_> {
             .ok()
             .and_then(|i| i.state?.oom_killed)
             .unwrap_or(false);
-        let _ = self
-            .docker
-            .remove_container(
-                &id,
-                Some(
-                    RemoveContainerOptionsBuilder::default()
-                        .force(true)
-                        .v(true)
-                        .build(),
-                ),
-            )
-            .await;
+        remove_container(self.docker, &id).await;
         SubjectEnd { oom_killed }
     }
+
+    async fn start_ranks(
+        &mut self,
+        group: u32,
+        socket_dirs: &[PathBuf],
+    ) -> Result<RankAddress, String> {
+        self.ranks.start(self.docker, group, socket_dirs).await
+    }
+
+    async fn rank_meters(&mut self) -> Vec<Meter> {
+        self.ranks.meters()
+    }
+
+    async fn stop_ranks(&mut self) -> Vec<SubjectEnd> {
+        self.ranks.stop(self.docker).await
+    }
+}
+
+pub(super) async fn remove_container(docker: &Docker, id: &str) {
+    let _ = docker
+        .remove_container(
+            id,
+            Some(
+                RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .v(true)
+                    .build(),
+            ),
+        )
+        .await;
 }
 
 fn name(spec: &PhaseSpec, role: &str) -> String {

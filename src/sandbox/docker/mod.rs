@@ -2,6 +2,7 @@
 
 mod executor;
 mod image;
+mod ranks;
 mod reaper;
 
 pub use executor::DockerExecutor;

@@ -3,13 +3,16 @@
 use std::collections::HashMap;
 
 use bollard::Docker;
-use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
+use bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
+};
 
 use super::executor::{DockerExecutor, LABEL_DEADLINE, LABEL_MANAGED};
 
 impl DockerExecutor {
     /// Removes every container of ours (sandboxes, and the build and check containers of
-    /// environment images) whose deadline has passed; returns how many.
+    /// environment images) whose deadline has passed, then the rank groups' networks whose
+    /// deadline has passed; returns how many containers.
     pub async fn reap_orphans(docker: &Docker) -> anyhow::Result<usize> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -38,6 +41,22 @@ impl DockerExecutor {
                 if docker.remove_container(&id, Some(opts)).await.is_ok() {
                     reaped += 1;
                 }
+            }
+        }
+        let networks = ListNetworksOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        for n in docker.list_networks(Some(networks)).await? {
+            let deadline = n
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_DEADLINE))
+                .and_then(|d| d.parse::<u64>().ok());
+            if deadline.is_none_or(|d| d < now)
+                && let Some(id) = n.id
+            {
+                // Fails while a container still uses it; the next reap gets it.
+                let _ = docker.remove_network(&id).await;
             }
         }
         Ok(reaped)
