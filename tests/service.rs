@@ -302,18 +302,32 @@ async fn a_human_pr_waits_for_a_maintainer(backend: Backend) {
     );
     approve["comment"]["id"] = asked.into();
     w.send("issue_comment", approve).await;
+    // The accepted command gets a reaction and a reply saying what it does.
+    let reply = w
+        .wait("the reply to the accepted command", || {
+            w.fake
+                .comments(REPO_FULL, 5)
+                .into_iter()
+                .find(|c| c.by_app && c.body.contains("@maintainer grading"))
+        })
+        .await;
+    assert!(reply.body.contains(TASK), "{}", reply.body);
+    let approved = w
+        .wait("the reaction to the accepted command", || {
+            w.fake
+                .comments(REPO_FULL, 5)
+                .into_iter()
+                .find(|c| c.id == asked && !c.reactions.is_empty())
+        })
+        .await;
+    assert_eq!(approved.reactions.len(), 1, "{:?}", approved.reactions);
     let runs = w.completed_job_runs(&head, 1).await;
     assert_eq!(runs.len(), 1, "the fenced command did nothing");
-    assert_eq!(runs[0].conclusion.as_deref(), Some("success"));
-    // The accepted command got a reaction and a reply saying what it does.
-    let comments = w.fake.comments(REPO_FULL, 5);
-    let approved = comments.iter().find(|c| c.id == asked).unwrap();
-    assert_eq!(approved.reactions.len(), 1, "{:?}", approved.reactions);
-    assert!(
-        comments
-            .iter()
-            .any(|c| c.by_app && c.body.contains("@maintainer grading")),
-        "{comments:#?}"
+    assert_eq!(
+        runs[0].conclusion.as_deref(),
+        Some("success"),
+        "{:?}",
+        runs[0].title
     );
     w.assert_clean();
 }
