@@ -86,13 +86,16 @@ pub async fn grade_submission(
     let prepared = prepare_tree(&ws, task)?;
     tracing::debug!("tree prepared");
 
+    // What the task's public prompt says is no secret (an unreadable prompt: redact it all).
+    let prompt = std::fs::read_to_string(task.prompt_path()).unwrap_or_default();
     let redactor = Redactor::from_sources(
         &task
             .probes
             .sources()
             .context("cannot read the probe sources")
             .map_err(GradeError::Infra)?,
-    );
+    )
+    .with_public(&prompt);
     let mut phases = Vec::new();
     let mut tests = Vec::new();
     let mut limitations = Vec::new();

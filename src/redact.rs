@@ -97,6 +97,17 @@ impl Redactor {
         Redactor { lines, literals }
     }
 
+    /// The same redactor less what `public` (the task's prompt, which every agent reads)
+    /// already says: a probe line or literal that the prompt contains hides nothing, and
+    /// blanking it would only make a message unreadable. Canaries are masked regardless.
+    pub fn with_public(mut self, public: &str) -> Self {
+        let squeezed = squeeze(public);
+        self.lines.retain(|line| !squeezed.contains(line.as_str()));
+        self.literals
+            .retain(|literal| !public.contains(literal.as_str()));
+        self
+    }
+
     /// The text with every probe-reproducing line replaced and every literal and canary masked.
     pub fn redact(&self, text: &str) -> String {
         let lines: Vec<&str> = text

@@ -125,12 +125,13 @@ async fn a_push_cancels_the_old_head_and_edits_the_same_comment(backend: Backend
     assert!(!comments[0].edits.is_empty());
 
     // Two pushes in a row: the first head's grade is cancelled, superseded by the second.
-    w.seed_agent_pull(3, &w.heads.base);
-    w.send(
+    w.seed_agent_pull(3, &w.heads.broken);
+    w.send_processed(
         "pull_request",
         w.pull_event("synchronize.json", 3, &w.heads.broken, Author::Agent),
     )
     .await;
+    w.seed_agent_pull(3, &w.heads.base);
     w.send(
         "pull_request",
         w.pull_event("synchronize.json", 3, &w.heads.base, Author::Agent),
@@ -247,29 +248,87 @@ async fn a_human_pr_waits_for_a_maintainer(backend: Backend) {
         })
         .await;
     assert!(reply.body.contains("write"), "{}", reply.body);
+    // Its head says it waits for a maintainer, and nothing grades it on a reader's word.
+    let waiting = w
+        .wait("the waiting check", || w.runs_for(&head).into_iter().next())
+        .await;
+    assert_eq!(waiting.conclusion.as_deref(), Some("neutral"));
+    let said = format!("{:?} {:?}", waiting.title, waiting.summary);
+    assert!(said.contains("/infradev grade"), "{said}");
     assert!(
-        w.runs_for(&head).is_empty(),
+        w.job_runs(&head).is_empty() && w.jobs(5).await.is_empty(),
         "a human PR is not graded on its own, nor on a reader's word"
     );
+    // Anyone may ask for help: a reaction and a reply listing the commands.
+    let ask = w
+        .fake
+        .add_comment(REPO_FULL, 5, "mallory", "/infradev help");
+    let mut help = payloads::comment(INSTALLATION, 5, "mallory", "/infradev help");
+    help["comment"]["id"] = ask.into();
+    w.send_processed("issue_comment", help).await;
+    let listed = w
+        .wait("the help reply", || {
+            w.fake
+                .comments(REPO_FULL, 5)
+                .into_iter()
+                .find(|c| c.by_app && c.body.contains("/infradev regrade"))
+        })
+        .await;
+    assert!(listed.body.contains("Re-grade"), "{}", listed.body);
+    w.wait("a reaction to the help request", || {
+        w.fake
+            .comments(REPO_FULL, 5)
+            .into_iter()
+            .find(|c| c.id == ask && !c.reactions.is_empty())
+    })
+    .await;
     // A command inside a code block is not a command.
     w.send(
         "issue_comment",
         payloads::comment(INSTALLATION, 5, "maintainer", "```\n/infradev grade\n```"),
     )
     .await;
-    w.send(
-        "issue_comment",
-        payloads::comment(
-            INSTALLATION,
-            5,
-            "maintainer",
-            "Looks plausible.\n/infradev grade",
-        ),
-    )
-    .await;
-    let runs = w.completed_runs(&head, 1).await;
+    let asked = w.fake.add_comment(
+        REPO_FULL,
+        5,
+        "maintainer",
+        "Looks plausible.\n/infradev grade",
+    );
+    let mut approve = payloads::comment(
+        INSTALLATION,
+        5,
+        "maintainer",
+        "Looks plausible.\n/infradev grade",
+    );
+    approve["comment"]["id"] = asked.into();
+    w.send("issue_comment", approve).await;
+    // The accepted command gets a reaction and a reply saying what it does.
+    let reply = w
+        .wait("the reply to the accepted command", || {
+            w.fake
+                .comments(REPO_FULL, 5)
+                .into_iter()
+                .find(|c| c.by_app && c.body.contains("@maintainer grading"))
+        })
+        .await;
+    assert!(reply.body.contains(TASK), "{}", reply.body);
+    let approved = w
+        .wait("the reaction to the accepted command", || {
+            w.fake
+                .comments(REPO_FULL, 5)
+                .into_iter()
+                .find(|c| c.id == asked && !c.reactions.is_empty())
+        })
+        .await;
+    assert_eq!(approved.reactions.len(), 1, "{:?}", approved.reactions);
+    let runs = w.completed_job_runs(&head, 1).await;
     assert_eq!(runs.len(), 1, "the fenced command did nothing");
-    assert_eq!(runs[0].conclusion.as_deref(), Some("success"));
+    assert_eq!(
+        runs[0].conclusion.as_deref(),
+        Some("success"),
+        "{:?}",
+        runs[0].title
+    );
     w.assert_clean();
 }
 
@@ -473,7 +532,12 @@ async fn an_agent_pr_without_a_task_gets_a_neutral_check(backend: Backend) {
     };
     w.start().await;
     let head = w.heads.reference.clone();
-    w.seed_agent_pull(9, &head);
+    let mut pull = FakePull::new(9, &head);
+    pull.head_ref = "agent/prefix-caching".into();
+    pull.head_repo = HeadRepo::Fork(format!("{FORK_OWNER}/{REPO}"));
+    pull.author = format!("{FORK_OWNER}[bot]");
+    pull.author_is_bot = true;
+    w.fake.add_pull(REPO_FULL, pull);
     let mut payload = w.pull_event("opened.json", 9, &head, Author::Agent);
     payload["pull_request"]["base"]["ref"] = "main".into();
     w.send("pull_request", payload).await;

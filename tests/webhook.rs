@@ -376,6 +376,7 @@ fn handled_actions_are_not_ignored() {
         "pull_request/ready_for_review",
         "pull_request/closed",
         "pull_request/labeled",
+        "pull_request/converted_to_draft",
         "check_run/rerequested",
         "check_run/requested_action",
         "check_suite/requested",
@@ -972,7 +973,7 @@ fn fixtures_to_decisions() {
             },
         ),
         (
-            "converted_to_draft is ignored",
+            "converted_to_draft: a draft waits",
             "pull_request",
             fixture("webhooks/pull_request/converted_to_draft.with-installation.json"),
             Known::default(),
@@ -996,7 +997,7 @@ fn fixtures_to_decisions() {
             known_2.clone(),
         ),
         (
-            "check_run rerequested via the head index (a fork head)",
+            "check_run rerequested of another app's check run (no external id)",
             "check_run",
             fixture("webhooks/check_run/rerequested.json"),
             Known {
@@ -1009,6 +1010,29 @@ fn fixtures_to_decisions() {
                 )]
                 .into(),
                 head_prs: vec![8],
+                ..Known::default()
+            },
+        ),
+        (
+            "check_run rerequested of a job's check run: that job again",
+            "check_run",
+            edited("webhooks/check_run/rerequested.json", |v| {
+                v["check_run"]["external_id"] = json!("17")
+            }),
+            Known {
+                pulls: [(
+                    8,
+                    PullState {
+                        head_sha: "d6fde92930d4715a2b49857d24b940956b26d2d3".into(),
+                        ..stored.clone()
+                    },
+                )]
+                .into(),
+                check_owner: Some(decide::CheckOwner::Job {
+                    number: 8,
+                    head_sha: "d6fde92930d4715a2b49857d24b940956b26d2d3".into(),
+                    task: "hello-task".into(),
+                }),
                 ..Known::default()
             },
         ),
@@ -1073,6 +1097,7 @@ fn fixtures_to_decisions() {
     };
     let grades = decide::decide_command(request, true, Some(&stored_1));
     let [
+        Decision::React { .. },
         Decision::Grade {
             number: 1,
             head_sha,
@@ -1080,6 +1105,7 @@ fn fixtures_to_decisions() {
             installation_id: 1,
             ..
         },
+        Decision::Reply { .. },
     ] = &grades[..]
     else {
         panic!("{grades:?}")

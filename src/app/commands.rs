@@ -24,17 +24,37 @@ pub enum Command {
     Regrade,
     /// `/infradev cancel`: cancel this PR's queued and running grades.
     Cancel,
+    /// `/infradev help`: reply with the commands (anyone may ask).
+    Help,
 }
 
 impl Command {
     /// Every command, for help texts.
-    pub const ALL: [Command; 3] = [Command::Grade, Command::Regrade, Command::Cancel];
+    pub const ALL: [Command; 4] = [
+        Command::Grade,
+        Command::Regrade,
+        Command::Cancel,
+        Command::Help,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Command::Grade => "grade",
             Command::Regrade => "regrade",
             Command::Cancel => "cancel",
+            Command::Help => "help",
+        }
+    }
+
+    /// What the command does, for the help reply.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Command::Grade => {
+                "grade this pull request now and on every new head, also when no agent wrote it"
+            }
+            Command::Regrade => "grade the current head again, as a new attempt",
+            Command::Cancel => "cancel this pull request's queued and running grades",
+            Command::Help => "list the commands (anyone may ask)",
         }
     }
 
@@ -55,9 +75,9 @@ impl fmt::Display for Command {
 /// post back: words from the comment are shown as inline code, shortened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
 pub enum CommandError {
-    #[error("`/infradev` needs a sub-command: grade, regrade or cancel")]
+    #[error("`/infradev` needs a sub-command: grade, regrade, cancel or help")]
     Missing,
-    #[error("unknown sub-command {}: expected grade, regrade or cancel", code_span(.0))]
+    #[error("unknown sub-command {}: expected grade, regrade, cancel or help", code_span(.0))]
     Unknown(String),
     #[error("`{command}` takes no arguments, but got {}", code_span(.arguments))]
     UnexpectedArguments { command: Command, arguments: String },
@@ -187,6 +207,7 @@ mod tests {
             ("grade", "/infradev grade", vec![Ok(Grade)]),
             ("regrade", "/infradev regrade\n", vec![Ok(Regrade)]),
             ("cancel", "/infradev cancel", vec![Ok(Cancel)]),
+            ("help", "/infradev help", vec![Ok(Help)]),
             ("any case", "/InfraDev GRADE", vec![Ok(Grade)]),
             ("trailing spaces", "/infradev grade   ", vec![Ok(Grade)]),
             (
@@ -312,19 +333,19 @@ mod tests {
         let cases = [
             (
                 CommandError::Missing,
-                "`/infradev` needs a sub-command: grade, regrade or cancel",
+                "`/infradev` needs a sub-command: grade, regrade, cancel or help",
             ),
             (
                 CommandError::Unknown("merge".into()),
-                "unknown sub-command `merge`: expected grade, regrade or cancel",
+                "unknown sub-command `merge`: expected grade, regrade, cancel or help",
             ),
             (
                 CommandError::Unknown("a`b".into()),
-                "unknown sub-command ``a`b``: expected grade, regrade or cancel",
+                "unknown sub-command ``a`b``: expected grade, regrade, cancel or help",
             ),
             (
                 CommandError::Unknown("`@x`".into()),
-                "unknown sub-command `` `@x` ``: expected grade, regrade or cancel",
+                "unknown sub-command `` `@x` ``: expected grade, regrade, cancel or help",
             ),
             (
                 CommandError::UnexpectedArguments {

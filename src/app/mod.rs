@@ -10,5 +10,6 @@ pub mod outbox;
 pub mod processor;
 pub mod remote;
 pub mod results;
+mod resync;
 pub mod service;
 pub mod worker;

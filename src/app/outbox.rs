@@ -54,6 +54,21 @@ pub enum Message {
         head_sha: String,
         known_tasks: Vec<String>,
     },
+    /// A human's PR that names a task: one neutral check saying it waits for a maintainer's
+    /// `/infradev grade`.
+    CheckWaiting {
+        repo: String,
+        installation_id: u64,
+        number: u64,
+        head_sha: String,
+    },
+    /// A reaction to a comment (an accepted command).
+    React {
+        repo: String,
+        installation_id: u64,
+        comment_id: u64,
+        content: String,
+    },
     /// A short reply to a comment.
     Reply {
         repo: String,
@@ -322,6 +337,42 @@ impl Outbox {
                     .await?;
                 Ok(None)
             }
+            Message::CheckWaiting {
+                repo,
+                installation_id,
+                number,
+                head_sha,
+            } => {
+                let client = self.client(repo, *installation_id).await?;
+                let external_id = format!("waiting:{number}");
+                if client
+                    .find_check_run_by_external_id(head_sha, render::CHECK_NAME, &external_id)
+                    .await?
+                    .is_some()
+                {
+                    return Ok(None);
+                }
+                let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
+                run.external_id = Some(external_id);
+                run.status = Status::Completed;
+                run.conclusion = Some(Conclusion::Neutral);
+                run.completed_at = Some(Utc::now());
+                run.output = Some(convert(render::waiting_output(*number)));
+                client.create_check_run(&run).await?;
+                Ok(None)
+            }
+            Message::React {
+                repo,
+                installation_id,
+                comment_id,
+                content,
+            } => {
+                self.client(repo, *installation_id)
+                    .await?
+                    .react_to_comment(*comment_id, content)
+                    .await?;
+                Ok(None)
+            }
         }
     }
 
@@ -406,7 +457,7 @@ fn completed_output(job: &Job) -> anyhow::Result<(Conclusion, CheckOutput, Optio
         };
         return Ok((
             conclusion,
-            convert(render::check_run_output(&report)),
+            convert(render::with_commands(render::check_run_output(&report))),
             Some(report),
         ));
     }
@@ -416,7 +467,7 @@ fn completed_output(job: &Job) -> anyhow::Result<(Conclusion, CheckOutput, Optio
         .unwrap_or_else(|| "the grade did not produce a report".into());
     Ok((
         Conclusion::Neutral,
-        convert(render::infra_output(&why)),
+        convert(render::with_commands(render::infra_output(&why))),
         None,
     ))
 }

@@ -1,8 +1,11 @@
-//! Turns stored deliveries into state: parse the event, ask the pure `decide` what to do, then
-//! record it — PR index, jobs, and the outbox rows that report them — in one transaction each.
-//! A delivery is marked processed only after its effects are committed; a transient failure
-//! (the store, a GitHub permission lookup) leaves it for the next pass, so nothing
-//! acknowledged is lost.
+//! Turns stored deliveries into state: parse the event, read the PR it concerns from the API
+//! (the payload may be hours old), ask the pure `decide` what to do, then record it — PR index,
+//! jobs, and the outbox rows that report them — in one transaction each. A delivery is marked
+//! processed only after its effects are committed; a transient failure (the store, a GitHub
+//! read) leaves it for the next pass, so nothing acknowledged is lost.
+//!
+//! It also resyncs open PRs (`resync.rs`): on start, for every installation it knows, and when
+//! an installation is created or gains repositories.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,12 +13,15 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::commands::permits;
-use super::decide::{Decision, Known, PullState, Settings, decide, decide_command};
+use super::decide::{
+    CheckOwner, Decision, ExternalId, Known, PullState, Settings, decide, decide_command,
+    pull_state,
+};
 use super::matching::AgentPolicy;
 use super::outbox::Message;
-use crate::github::GitHubApp;
-use crate::store::{Delivery, Pull, PullUpsert, Store};
-use crate::webhook::{Event, Repo, parse};
+use crate::github::{GitHubApp, GitHubError, PullSummary, Retry};
+use crate::store::{Delivery, JobId, Pull, PullUpsert, Store};
+use crate::webhook::{Event, PullRequest, Repo, parse};
 
 /// Deliveries handled per pass.
 const BATCH: u32 = 50;
@@ -33,10 +39,12 @@ pub struct Processor {
     /// Woken when a GitHub Actions run changed (`workflow_run` / `workflow_job`): the follower of
     /// remote grades then reads the runs it dispatched instead of waiting for its next poll.
     pub wake_remote: Arc<Notify>,
+    /// Set once the resync of open PRs on start succeeded.
+    pub resynced: std::sync::atomic::AtomicBool,
 }
 
 /// Why a delivery could not be handled.
-enum Failure {
+pub(super) enum Failure {
     /// Try again on the next pass.
     Transient(anyhow::Error),
     /// Retrying cannot help; recorded on the delivery.
@@ -74,18 +82,29 @@ impl Processor {
     }
 
     async fn handle(&self, delivery: &Delivery) -> Result<(), Failure> {
-        let event =
+        let mut event =
             parse(&delivery.event, &delivery.payload).map_err(|e| Failure::Permanent(e.into()))?;
-        let known = self.known(&event).await.map_err(Failure::Transient)?;
-        let known_tasks: Vec<&str> = self.known_tasks.iter().map(String::as_str).collect();
-        let settings = Settings {
-            policy: &self.policy,
-            known_tasks: &known_tasks,
-        };
-        let decided = decide(&event, &settings, &known);
+        self.note_installation(&event).await?;
+        let known = self.known(&event).await?;
+        // The PR as it is now, not as the payload (late, or redelivered hours later) says.
+        if let Event::PullRequest {
+            repo,
+            installation_id,
+            pr,
+            ..
+        } = &mut event
+            && let Some(installation) = installation_id.or(known.installation_id)
+        {
+            *pr = self.fetch_pull(repo, installation, pr.number).await?;
+        }
+        let decided = self.with_settings(|settings| decide(&event, settings, &known));
         for note in &decided.notes {
             tracing::info!(note = %note);
         }
+        for decision in decided.decisions {
+            self.apply(decision).await?;
+        }
+        // After the decisions: a retried delivery must see the state from before it.
         if let (
             Some(state),
             Event::PullRequest {
@@ -96,37 +115,116 @@ impl Processor {
             },
         ) = (&decided.pull, &event)
         {
-            let upsert = PullUpsert {
-                repo: repo.full_name(),
-                number: pr.number,
-                head_sha: pr.head_sha.clone(),
-                base_ref: pr.base_ref.clone(),
-                task_id: state.task.clone(),
-                is_agent: state.is_agent,
-                author: pr.author_login.clone(),
-                installation_id: installation_id
-                    .or(known.installation_id)
-                    .unwrap_or_default(),
-                draft: pr.draft,
-                open: pr.state_open,
-            };
-            self.store
-                .upsert_pull(&upsert)
-                .await
-                .map_err(|e| Failure::Transient(e.into()))?;
-            self.store
-                .index_head(&upsert.repo, &pr.head_sha, pr.number)
-                .await
-                .map_err(|e| Failure::Transient(e.into()))?;
-        }
-        for decision in decided.decisions {
-            self.apply(decision).await?;
+            let installation = installation_id
+                .or(known.installation_id)
+                .unwrap_or_default();
+            self.store_pull(repo, installation, pr, state).await?;
         }
         Ok(())
     }
 
-    /// What the store knows about the PRs an event concerns.
-    async fn known(&self, event: &Event) -> anyhow::Result<Known> {
+    /// Calls `f` with the decisions' settings.
+    pub(super) fn with_settings<R>(&self, f: impl FnOnce(&Settings<'_>) -> R) -> R {
+        let known_tasks: Vec<&str> = self.known_tasks.iter().map(String::as_str).collect();
+        f(&Settings {
+            policy: &self.policy,
+            known_tasks: &known_tasks,
+        })
+    }
+
+    /// The PR as the API has it now (`GET` the pull).
+    pub(super) async fn fetch_pull(
+        &self,
+        repo: &Repo,
+        installation_id: u64,
+        number: u64,
+    ) -> Result<PullRequest, Failure> {
+        let client = self
+            .github
+            .client(installation_id, &repo.owner, &repo.name)
+            .await
+            .map_err(github_failure)?;
+        let pull = client.pull_request(number).await.map_err(github_failure)?;
+        Ok(from_api(pull))
+    }
+
+    /// Records `pr`'s state in the PR index (and its head in the head index).
+    pub(super) async fn store_pull(
+        &self,
+        repo: &Repo,
+        installation_id: u64,
+        pr: &PullRequest,
+        state: &PullState,
+    ) -> Result<(), Failure> {
+        let upsert = PullUpsert {
+            repo: repo.full_name(),
+            number: pr.number,
+            head_sha: pr.head_sha.clone(),
+            base_ref: pr.base_ref.clone(),
+            task_id: state.task.clone(),
+            is_agent: state.is_agent,
+            author: pr.author_login.clone(),
+            installation_id,
+            draft: pr.draft,
+            open: pr.state_open,
+        };
+        self.store
+            .upsert_pull(&upsert)
+            .await
+            .map_err(|e| Failure::Transient(e.into()))?;
+        self.store
+            .index_head(&upsert.repo, &pr.head_sha, pr.number)
+            .await
+            .map_err(|e| Failure::Transient(e.into()))?;
+        Ok(())
+    }
+
+    /// Reads PR `number` from the API, stores its state and returns it (with the stored
+    /// `grade_requested`).
+    async fn refresh_pull(
+        &self,
+        repo: &Repo,
+        installation_id: u64,
+        number: u64,
+    ) -> Result<PullState, Failure> {
+        let pr = self.fetch_pull(repo, installation_id, number).await?;
+        let stored = self
+            .store
+            .get_pull(&repo.full_name(), number)
+            .await
+            .map_err(|e| Failure::Transient(e.into()))?;
+        let requested = stored.is_some_and(|p| p.grade_requested);
+        let (state, _, _) = self.with_settings(|settings| pull_state(&pr, settings, requested));
+        self.store_pull(repo, installation_id, &pr, &state).await?;
+        Ok(state)
+    }
+
+    /// Remembers installations from the events about them (the resync on start reads them).
+    async fn note_installation(&self, event: &Event) -> Result<(), Failure> {
+        let (id, active) = match event {
+            Event::Installation {
+                action,
+                installation_id,
+                ..
+            } => match action.as_str() {
+                "deleted" | "suspend" => (*installation_id, false),
+                _ => (*installation_id, true),
+            },
+            Event::InstallationRepositories {
+                installation_id, ..
+            } => (*installation_id, true),
+            _ => return Ok(()),
+        };
+        self.store
+            .set_installation(id, active)
+            .await
+            .map_err(|e| Failure::Transient(e.into()))
+    }
+
+    /// What the store knows about the PRs an event concerns; for a check run, the job it
+    /// belongs to and its PR as the API has it now.
+    async fn known(&self, event: &Event) -> Result<Known, Failure> {
+        let transient = |e: crate::store::StoreError| Failure::Transient(e.into());
         let mut known = Known::default();
         let (repo, numbers): (&Repo, Vec<u64>) = match event {
             Event::PullRequest { repo, pr, .. } => (repo, vec![pr.number]),
@@ -134,18 +232,35 @@ impl Processor {
                 repo, issue_number, ..
             } => (repo, vec![*issue_number]),
             Event::CheckRunRerequested {
-                repo,
-                head_sha,
-                pull_numbers,
-                ..
+                repo, external_id, ..
             }
             | Event::CheckRunRequestedAction {
-                repo,
-                head_sha,
-                pull_numbers,
-                ..
+                repo, external_id, ..
+            } => {
+                known.check_owner = match external_id.as_deref().and_then(ExternalId::parse) {
+                    Some(ExternalId::Job(id)) => self
+                        .store
+                        .get_job(JobId(id))
+                        .await
+                        .map_err(transient)?
+                        .filter(|job| job.repo == repo.full_name())
+                        .map(|job| CheckOwner::Job {
+                            number: job.number,
+                            head_sha: job.head_sha,
+                            task: job.task_id,
+                        }),
+                    Some(ExternalId::NoTask(number)) => Some(CheckOwner::NoTask { number }),
+                    None => None,
+                };
+                let numbers = match &known.check_owner {
+                    Some(CheckOwner::Job { number, .. } | CheckOwner::NoTask { number }) => {
+                        vec![*number]
+                    }
+                    None => Vec::new(),
+                };
+                (repo, numbers)
             }
-            | Event::CheckSuite {
+            Event::CheckSuite {
                 repo,
                 head_sha,
                 pull_numbers,
@@ -154,7 +269,8 @@ impl Processor {
                 known.head_prs = self
                     .store
                     .pulls_for_head(&repo.full_name(), head_sha)
-                    .await?;
+                    .await
+                    .map_err(transient)?;
                 let numbers = if pull_numbers.is_empty() {
                     known.head_prs.clone()
                 } else {
@@ -166,7 +282,12 @@ impl Processor {
         };
         let mut pulls = BTreeMap::new();
         for number in numbers {
-            if let Some(pull) = self.store.get_pull(&repo.full_name(), number).await? {
+            if let Some(pull) = self
+                .store
+                .get_pull(&repo.full_name(), number)
+                .await
+                .map_err(transient)?
+            {
                 known.installation_id = known
                     .installation_id
                     .or(Some(pull.installation_id).filter(|i| *i != 0));
@@ -174,10 +295,19 @@ impl Processor {
             }
         }
         known.pulls = pulls;
+        // A re-run decides on the PR as it is now.
+        let installation = event.installation_id().or(known.installation_id);
+        if let (Some(owner), Some(installation)) = (&known.check_owner, installation) {
+            let number = match owner {
+                CheckOwner::Job { number, .. } | CheckOwner::NoTask { number } => *number,
+            };
+            let state = self.refresh_pull(repo, installation, number).await?;
+            known.pulls.insert(number, state);
+        }
         Ok(known)
     }
 
-    async fn apply(&self, decision: Decision) -> Result<(), Failure> {
+    pub(super) async fn apply(&self, decision: Decision) -> Result<(), Failure> {
         let transient = |e: crate::store::StoreError| Failure::Transient(e.into());
         match decision {
             Decision::Grade {
@@ -308,12 +438,20 @@ impl Processor {
                     .permission(&request.user)
                     .await
                     .map_err(|e| Failure::Transient(e.into()))?;
-                let pull = self
+                let known = self
                     .store
                     .get_pull(&repo, request.number)
                     .await
                     .map_err(transient)?;
-                let state = pull.as_ref().map(state_of);
+                // A command acts on the PR as it is now (its head, task, draft state); one the
+                // store never saw stays unknown (it was never graded nor approved).
+                let state = match known {
+                    Some(_) => Some(
+                        self.refresh_pull(&request.repo, request.installation_id, request.number)
+                            .await?,
+                    ),
+                    None => None,
+                };
                 for decision in decide_command(&request, permits(&permission), state.as_ref()) {
                     Box::pin(self.apply(decision)).await?;
                 }
@@ -336,18 +474,58 @@ impl Processor {
                     .map_err(transient)?;
                 self.wake_outbox.notify_one();
             }
+            Decision::NeutralWaiting {
+                repo,
+                number,
+                head_sha,
+                installation_id,
+            } => {
+                let message = Message::CheckWaiting {
+                    repo: repo.full_name(),
+                    installation_id,
+                    number,
+                    head_sha,
+                };
+                self.store
+                    .push_outbox(&message.to_row())
+                    .await
+                    .map_err(transient)?;
+                self.wake_outbox.notify_one();
+            }
+            Decision::React {
+                repo,
+                installation_id,
+                comment_id,
+                content,
+            } => {
+                let message = Message::React {
+                    repo: repo.full_name(),
+                    installation_id,
+                    comment_id,
+                    content,
+                };
+                self.store
+                    .push_outbox(&message.to_row())
+                    .await
+                    .map_err(transient)?;
+                self.wake_outbox.notify_one();
+            }
             Decision::RemoteRunChanged { repo, run_id } => {
                 tracing::debug!(%repo, run_id, "a workflow run changed");
                 // notify_one keeps the wake-up for a follower that is busy right now.
                 self.wake_remote.notify_one();
             }
+            Decision::Resync {
+                installation_id,
+                repos,
+            } => Box::pin(self.resync(installation_id, &repos)).await?,
             Decision::Nothing { why } => tracing::debug!(%why, "nothing to do"),
         }
         Ok(())
     }
 }
 
-fn state_of(pull: &Pull) -> PullState {
+pub(super) fn state_of(pull: &Pull) -> PullState {
     PullState {
         is_agent: pull.is_agent,
         task: pull.task_id.clone(),
@@ -355,5 +533,31 @@ fn state_of(pull: &Pull) -> PullState {
         draft: pull.draft,
         open: pull.open,
         head_sha: pull.head_sha.clone(),
+    }
+}
+
+/// A GitHub failure: a 4xx (not found, forbidden) cannot be helped by retrying.
+pub(super) fn github_failure(e: GitHubError) -> Failure {
+    match e.retry() {
+        Retry::Never => Failure::Permanent(e.into()),
+        Retry::After(_) => Failure::Transient(e.into()),
+    }
+}
+
+/// The API's pull request as the decisions read it.
+pub(super) fn from_api(p: PullSummary) -> PullRequest {
+    PullRequest {
+        number: p.number,
+        head_sha: p.head_sha,
+        head_ref: p.head_ref,
+        base_ref: p.base_ref,
+        head_repo_full_name: p.head_repo_full_name,
+        head_clone_url: p.head_clone_url,
+        draft: p.draft,
+        state_open: p.state_open,
+        author_login: p.author_login,
+        author_is_bot: p.author_is_bot,
+        labels: p.labels,
+        body: p.body,
     }
 }

@@ -26,13 +26,16 @@ use crate::config::{ExecutorName, Secrets, ServerConfig};
 use crate::github::{GitHubApp, RetryPolicy};
 use crate::grade::ExecutorChoice;
 use crate::server::{AppState, create_app, install_metrics};
-use crate::store::{JobState, Store};
+use crate::store::{JobState, RefusalSource, RefusedDelivery, Store};
 use crate::task::Registry;
 
 /// How often each loop runs when nothing wakes it.
 const IDLE_POLL: Duration = Duration::from_secs(2);
 /// How far back failed webhook deliveries are looked for (GitHub keeps three days).
 const REDELIVERY_WINDOW: chrono::Duration = chrono::Duration::hours(72);
+/// A failed delivery younger than this is left for a later pass: GitHub may still be
+/// delivering it, and asking for it again would only deliver it twice.
+const IN_FLIGHT: chrono::Duration = chrono::Duration::seconds(20);
 
 /// A running service. Dropping it (or [`Service::abort`]) stops everything at once, like a
 /// crash: whatever was acknowledged is in the store and the next start resumes it.
@@ -131,6 +134,7 @@ impl Service {
             wake_outbox: wake_outbox.clone(),
             task_backends: task_backends.clone(),
             wake_remote: wake_remote.clone(),
+            resynced: std::sync::atomic::AtomicBool::new(false),
         });
         spawn_loop(
             &mut tasks,
@@ -142,7 +146,8 @@ impl Service {
                 async move {
                     // Drain: a pass handles one batch; a backlog must not wait a poll per batch.
                     while p.process_pending().await? > 0 {}
-                    Ok(())
+                    // Open PRs nobody told us about (until it succeeds once).
+                    p.resync_on_start().await
                 }
             },
         );
@@ -372,12 +377,39 @@ impl Reconcile {
                 .list_failed_deliveries(Utc::now() - REDELIVERY_WINDOW)
                 .await?
             {
-                if self.store.get_delivery(&failed.guid).await?.is_none() {
-                    tracing::info!(guid = %failed.guid, event = %failed.event, "redelivering a failed webhook delivery");
-                    self.github.redeliver(failed.id).await?;
+                // Logged moments ago: its answer may not be in GitHub's log yet.
+                if Utc::now() - failed.delivered_at < IN_FLIGHT
+                    || self.store.get_delivery(&failed.guid).await?.is_some()
+                    || self
+                        .store
+                        .get_refused_delivery(&failed.guid)
+                        .await?
+                        .is_some()
+                {
+                    continue;
                 }
+                if (400..500).contains(&failed.status_code) {
+                    // We refused it: asking again would be refused again.
+                    let refused = RefusedDelivery {
+                        delivery_id: failed.guid.clone(),
+                        event: Some(failed.event.clone()),
+                        status: failed.status_code,
+                        reason: format!(
+                            "GitHub's delivery log: answered {} ({})",
+                            failed.status_code, failed.status
+                        ),
+                        source: RefusalSource::GitHubLog,
+                        refused_at: Utc::now(),
+                    };
+                    crate::server::note_refused(&self.store, &refused).await?;
+                    continue;
+                }
+                tracing::info!(guid = %failed.guid, event = %failed.event, "redelivering a failed webhook delivery");
+                self.github.redeliver(failed.id).await?;
             }
         }
+        metrics::gauge!("infradev_refused_deliveries")
+            .set(self.store.count_refused_deliveries().await? as f64);
         Ok(())
     }
 }

@@ -18,6 +18,9 @@ use crate::report::Report;
 use crate::store::{Job, Store};
 use crate::task::Registry;
 
+/// How often a running grade checks that its job is still wanted (and renews its lease).
+const CANCEL_CHECK: Duration = Duration::from_secs(5);
+
 /// Claims of one job before an infrastructure fault is reported instead of retried.
 const INFRA_ATTEMPTS: u32 = 2;
 
@@ -56,6 +59,21 @@ impl Worker {
         };
         let span = tracing::info_span!("job", id = %job.id, repo = %job.repo, pr = job.number, head = %job.head_sha);
         let _guard = span.enter();
+        if let Some(head) = self.superseded_by(&job).await {
+            // A push we never heard of (or heard of late): the PR's head is not this one.
+            let mut tx = self.store.begin().await?;
+            if tx.cancel_job(job.id).await?.is_some() {
+                let cancelled = Message::CheckCancelled {
+                    job_id: job.id.0,
+                    superseded_by: Some(head.clone()),
+                };
+                tx.push_outbox(&cancelled.to_row()).await?;
+            }
+            tx.commit().await?;
+            self.wake_outbox.notify_one();
+            tracing::info!(%head, "superseded: the pull request's head moved on");
+            return Ok(true);
+        }
         self.store
             .push_outbox(&Message::CheckInProgress { job_id: job.id.0 }.to_row())
             .await?;
@@ -64,7 +82,9 @@ impl Worker {
         let graded = {
             let grade = self.grade(&job);
             tokio::pin!(grade);
-            let mut renew = tokio::time::interval(self.lease / 3);
+            // Renewing also tells whether the job was cancelled (a newer push, the PR closed):
+            // often enough that a superseded grade stops within seconds, not a lease third.
+            let mut renew = tokio::time::interval((self.lease / 3).min(CANCEL_CHECK));
             renew.tick().await;
             loop {
                 tokio::select! {
@@ -111,6 +131,19 @@ impl Worker {
             Err(error) => tracing::warn!(%error, applied, "the grade could not run"),
         }
         Ok(true)
+    }
+
+    /// The PR's head, when it is no longer the job's (read from the API; `None` when it cannot
+    /// be read: the fetch then reports why).
+    async fn superseded_by(&self, job: &Job) -> Option<String> {
+        let (owner, name) = job.repo.split_once('/')?;
+        let client = self
+            .github
+            .client(job.installation_id, owner, name)
+            .await
+            .ok()?;
+        let pull = client.pull_request(job.number).await.ok()?;
+        (pull.head_sha != job.head_sha).then_some(pull.head_sha)
     }
 
     /// The report, or why the grade could not run (reported as a neutral infra check).

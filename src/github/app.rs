@@ -51,6 +51,17 @@ impl fmt::Debug for GitHubApp {
     }
 }
 
+#[derive(Deserialize)]
+struct InstallationRepositories {
+    total_count: u64,
+    repositories: Vec<RepositoryName>,
+}
+
+#[derive(Deserialize)]
+struct RepositoryName {
+    full_name: String,
+}
+
 #[derive(Serialize)]
 struct Claims {
     iat: i64,
@@ -259,6 +270,31 @@ impl GitHubApp {
             .send_ok(Method::POST, &path, &self.jwt()?, None)
             .await?;
         Ok(())
+    }
+
+    /// The full names of the repositories installation `installation_id` can access
+    /// (`GET /installation/repositories` with its token, every page).
+    pub async fn installation_repositories(
+        &self,
+        installation_id: u64,
+    ) -> Result<Vec<String>, GitHubError> {
+        let mut names = Vec::new();
+        for page in 1..=MAX_DELIVERY_PAGES {
+            let path = format!("/installation/repositories?per_page=100&page={page}");
+            let token = self.installation_token(installation_id).await?;
+            let reply = self
+                .inner
+                .transport
+                .send_ok(Method::GET, &path, &token, None)
+                .await?;
+            let list: InstallationRepositories = decode(&Method::GET, &path, &reply)?;
+            let count = list.repositories.len();
+            names.extend(list.repositories.into_iter().map(|r| r.full_name));
+            if count == 0 || names.len() as u64 >= list.total_count {
+                break;
+            }
+        }
+        Ok(names)
     }
 
     /// The installation that covers `owner/repo` (`GET /repos/{o}/{r}/installation`), or `None`

@@ -427,20 +427,40 @@ impl RepoClient {
         let path = self.path(&format!("/pulls/{number}"));
         let reply = self.call_ok(Method::GET, &path, None).await?;
         let pr: PullReply = decode(&Method::GET, &path, &reply)?;
-        Ok(PullSummary {
-            number: pr.number,
-            head_sha: pr.head.sha,
-            head_ref: pr.head.git_ref,
-            base_ref: pr.base.git_ref,
-            head_repo_full_name: pr.head.repo.as_ref().map(|r| r.full_name.clone()),
-            head_clone_url: pr.head.repo.map(|r| r.clone_url),
-            draft: pr.draft.unwrap_or(false),
-            state_open: pr.state == "open",
-            author_is_bot: pr.user.kind.as_deref() == Some("Bot"),
-            author_login: pr.user.login,
-            labels: pr.labels.into_iter().map(|l| l.name).collect(),
-            body: pr.body,
-        })
+        Ok(summary(pr))
+    }
+
+    /// Every open pull request of the repository (`GET /repos/{o}/{r}/pulls?state=open`,
+    /// every page), newest first.
+    pub async fn open_pull_requests(&self) -> Result<Vec<PullSummary>, GitHubError> {
+        let mut pulls = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let path = self.path(&format!(
+                "/pulls?state=open&per_page={PER_PAGE}&page={page}"
+            ));
+            let reply = self.call_ok(Method::GET, &path, None).await?;
+            let items: Vec<PullReply> = decode(&Method::GET, &path, &reply)?;
+            let count = items.len();
+            pulls.extend(items.into_iter().map(summary));
+            if count == 0 || !has_next(&reply, count) {
+                break;
+            }
+        }
+        Ok(pulls)
+    }
+
+    /// React to an issue or PR comment (`POST …/issues/comments/{id}/reactions`; `content` is
+    /// one of GitHub's eight: `+1`, `-1`, `laugh`, `confused`, `heart`, `hooray`, `rocket`,
+    /// `eyes`). Reacting twice the same way is not an error.
+    pub async fn react_to_comment(
+        &self,
+        comment_id: u64,
+        content: &str,
+    ) -> Result<(), GitHubError> {
+        let path = self.path(&format!("/issues/comments/{comment_id}/reactions"));
+        self.call_ok(Method::POST, &path, Some(&json!({ "content": content })))
+            .await?;
+        Ok(())
     }
 
     /// `/repos/{owner}/{repo}` followed by `rest`.
@@ -491,6 +511,24 @@ impl RepoClient {
         } else {
             Err(api_error(&method, path, &reply))
         }
+    }
+}
+
+/// What we keep of a pull request.
+fn summary(pr: PullReply) -> PullSummary {
+    PullSummary {
+        number: pr.number,
+        head_sha: pr.head.sha,
+        head_ref: pr.head.git_ref,
+        base_ref: pr.base.git_ref,
+        head_repo_full_name: pr.head.repo.as_ref().map(|r| r.full_name.clone()),
+        head_clone_url: pr.head.repo.map(|r| r.clone_url),
+        draft: pr.draft.unwrap_or(false),
+        state_open: pr.state == "open",
+        author_is_bot: pr.user.kind.as_deref() == Some("Bot"),
+        author_login: pr.user.login,
+        labels: pr.labels.into_iter().map(|l| l.name).collect(),
+        body: pr.body,
     }
 }
 

@@ -95,3 +95,27 @@ fn literals_are_found_by_the_lexer() {
     let found = python::string_literals(src);
     assert_eq!(found, ["a", "\\d+", "{a}b", "multi\nline", "es\"c\n"]);
 }
+
+#[test]
+fn what_the_prompt_says_stays_readable() {
+    // The prompt states the interface and the failure it must report; the probe repeats it.
+    let prompt = "Resuming must keep the Adam moments; on a mismatch raise \
+                  `moment mismatch after N resumed steps`.\n";
+    let public = redactor().with_public(prompt);
+    let message = "AssertionError: moment mismatch after 3 resumed steps";
+    assert!(
+        redactor().redact(message).contains(MASK),
+        "hidden without the prompt"
+    );
+    assert_eq!(
+        public.redact(message),
+        message,
+        "the prompt already says it"
+    );
+    // What the prompt does not say is still hidden, and canaries always are.
+    let other = "too many all-reduce calls: 7";
+    assert_eq!(public.redact(other), redactor().redact(other));
+    assert_ne!(public.redact(other), other);
+    let canary = redactor().with_public("INFRADEV-PROBE-CANARY-91c2");
+    assert!(!canary.redact("INFRADEV-PROBE-CANARY-91c2").contains("91c2"));
+}

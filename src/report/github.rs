@@ -212,8 +212,8 @@ pub fn no_task_output_for(
          1. **Base branch** `infradev/<task-id>`: open the PR against that branch.\n\
          2. **PR body**: a line `InfraDev-Task: <task-id>`.\n\
          3. **Label** `task:<task-id>` on the PR.\n\n\
-         If several name different tasks, the first in this order wins. A label takes \
-         effect at once; a base branch or description line is read again on the next push.\n"
+         If several name different tasks, the first in this order wins. Each takes effect \
+         at once.\n"
     ));
     if known_tasks.is_empty() {
         doc.push("\nInfraDev has no tasks configured.\n");
@@ -224,6 +224,37 @@ pub fn no_task_output_for(
         }
     }
     plain(title, doc.finish("task"))
+}
+
+/// What a completed check run's summary ends with: how to grade again, and the commands.
+pub const COMMANDS_FOOTER: &str = "\n---\n**Re-grade** (the button on this check run) grades \
+this head again. In a comment on the pull request, at the start of a line: \
+`/infradev regrade` (the same), `/infradev cancel` (cancel its grades), `/infradev grade` \
+(a maintainer's request to grade a human's pull request), `/infradev help`.\n";
+
+/// `output` with [`COMMANDS_FOOTER`] after its summary, when GitHub's limit leaves room.
+pub fn with_commands(mut output: CheckOutput) -> CheckOutput {
+    if output.summary.len() + COMMANDS_FOOTER.len() <= CHECK_TEXT_LIMIT {
+        output.summary.push_str(COMMANDS_FOOTER);
+    }
+    output
+}
+
+/// The neutral check of a human's PR that names a task: it waits for a maintainer's
+/// `/infradev grade`.
+pub fn waiting_output(pr_number: u64) -> CheckOutput {
+    let mut doc = Doc::new(CHECK_TEXT_LIMIT);
+    doc.push(&format!(
+        "Pull request #{pr_number} names an InfraDev task, but no agent wrote it (by the \
+         `[agents]` rules of this installation), so it is graded only when a maintainer asks. \
+         Someone with write, maintain or admin access can comment:\n\n\
+         - `/infradev grade` to grade this head and every later one;\n\
+         - `/infradev help` to list the commands.\n"
+    ));
+    plain(
+        format!("Waiting: PR #{pr_number} is graded when a maintainer comments /infradev grade"),
+        doc.finish("note"),
+    )
 }
 
 /// A queued check run's output.
@@ -997,6 +1028,27 @@ fn by_category(counts: &std::collections::BTreeMap<Category, usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completed_checks_name_the_button_and_the_commands() {
+        let output = with_commands(infra_output("docker is down"));
+        for what in [
+            "**Re-grade**",
+            "/infradev regrade",
+            "/infradev cancel",
+            "/infradev grade",
+            "/infradev help",
+        ] {
+            assert!(output.summary.contains(what), "{what}: {}", output.summary);
+        }
+        let mut full = infra_output("x");
+        full.summary = "a".repeat(CHECK_TEXT_LIMIT - 10);
+        assert_eq!(
+            with_commands(full.clone()).summary,
+            full.summary,
+            "no room: unchanged"
+        );
+    }
     use crate::grading::Outcome;
     use crate::report::GuardFlag;
     use crate::report::fixtures::{
@@ -1272,7 +1324,7 @@ mod tests {
         2. **PR body**: a line `InfraDev-Task: <task-id>`.
         3. **Label** `task:<task-id>` on the PR.
 
-        If several name different tasks, the first in this order wins. A label takes effect at once; a base branch or description line is read again on the next push.
+        If several name different tasks, the first in this order wins. Each takes effect at once.
 
         Known tasks (2):
 

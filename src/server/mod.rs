@@ -10,3 +10,4 @@ mod webhook;
 pub use intake::Intake;
 pub use metrics::install_metrics;
 pub use router::{AppState, create_app};
+pub use webhook::note_refused;

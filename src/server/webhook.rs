@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 
 use super::router::AppState;
-use crate::store::{Inserted, NewDelivery};
+use crate::store::{Inserted, NewDelivery, RefusalSource, RefusedDelivery, Store, StoreError};
 use crate::webhook::{parse, verify_signature};
 
 pub(super) async fn receive(
@@ -53,11 +53,20 @@ async fn intake(
     let parsed = match parse(event, body) {
         Ok(parsed) => parsed,
         Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the {event} payload: {e}"),
-                "bad_request",
-            );
+            let reason = format!("cannot read the {event} payload: {e}");
+            // Signed by GitHub, so worth remembering: reconcile must not ask for it again.
+            let refused = RefusedDelivery {
+                delivery_id: delivery.to_owned(),
+                event: Some(event.to_owned()),
+                status: StatusCode::BAD_REQUEST.as_u16(),
+                reason: reason.clone(),
+                source: RefusalSource::Intake,
+                refused_at: chrono::Utc::now(),
+            };
+            if let Err(e) = note_refused(&state.store, &refused).await {
+                tracing::error!(error = %e, delivery, "cannot record a refused delivery");
+            }
+            return (StatusCode::BAD_REQUEST, reason, "bad_request");
         }
     };
     let new = NewDelivery {
@@ -81,4 +90,23 @@ async fn intake(
             )
         }
     }
+}
+
+/// Records a delivery answered with a 4xx (so that reconcile never asks for it again) and tells
+/// the operator: a warning in the log and `infradev_deliveries_refused_total{source}` when it is
+/// news. The table `refused_deliveries` keeps every one (docs/github-app.md).
+pub async fn note_refused(store: &Store, refused: &RefusedDelivery) -> Result<(), StoreError> {
+    if store.record_refused_delivery(refused).await? {
+        tracing::warn!(
+            delivery = %refused.delivery_id,
+            event = ?refused.event,
+            status = refused.status,
+            reason = %refused.reason,
+            source = refused.source.as_str(),
+            "a webhook delivery was refused; it will not be redelivered"
+        );
+        metrics::counter!("infradev_deliveries_refused_total", "source" => refused.source.as_str())
+            .increment(1);
+    }
+    Ok(())
 }

@@ -33,6 +33,10 @@ const SQLITE: Files = &[
         "0002_remote_backends.sql",
         include_str!("../../migrations/sqlite/0002_remote_backends.sql"),
     ),
+    (
+        "0003_refused_deliveries_installations.sql",
+        include_str!("../../migrations/sqlite/0003_refused_deliveries_installations.sql"),
+    ),
 ];
 
 const POSTGRES: Files = &[
@@ -43,6 +47,10 @@ const POSTGRES: Files = &[
     (
         "0002_remote_backends.sql",
         include_str!("../../migrations/postgres/0002_remote_backends.sql"),
+    ),
+    (
+        "0003_refused_deliveries_installations.sql",
+        include_str!("../../migrations/postgres/0003_refused_deliveries_installations.sql"),
     ),
 ];
 

@@ -345,6 +345,23 @@ operations! {
         fn dead_outbox(id: OutboxId, error: &str) -> bool;
         fn pending_outbox_count() -> u64;
 
+        // refused deliveries and installations (see queries/refused.rs)
+
+        /// Records a delivery answered with a 4xx; true when it was not recorded yet.
+        fn record_refused_delivery(refused: &RefusedDelivery) -> bool;
+        fn get_refused_delivery(delivery_id: &str) -> Option<RefusedDelivery>;
+        /// The newest refused deliveries first, at most `limit`.
+        fn refused_deliveries(limit: u32) -> Vec<RefusedDelivery>;
+        fn count_refused_deliveries() -> u64;
+        /// Records an installation of the App as active (created, repositories added) or not
+        /// (deleted, suspended).
+        fn set_installation(installation_id: u64, active: bool) -> ();
+        /// Installations to resync on start: the active ones, and those of known pull requests
+        /// that are not known to be inactive.
+        fn known_installations() -> Vec<u64>;
+        /// The numbers of the pull requests of `repo` the store has as open.
+        fn open_pull_numbers(repo: &str) -> Vec<u64>;
+
         // remote backends (see queries/remote.rs)
 
         /// Routes a queued, never dispatched job to a remote backend. False otherwise.

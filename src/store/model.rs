@@ -397,3 +397,47 @@ pub struct JobResult {
 pub fn remote_owner(backend: &str) -> String {
     format!("remote:{backend}")
 }
+
+// ---------------------------------------------------------------------------------------------
+// refused deliveries and installations
+
+/// Who saw that a delivery was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalSource {
+    /// `POST /webhook` answered it with a 4xx (a signed payload it cannot read).
+    Intake,
+    /// GitHub's delivery log shows a 4xx answer (reconcile read it).
+    GitHubLog,
+}
+
+impl RefusalSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalSource::Intake => "intake",
+            RefusalSource::GitHubLog => "github_log",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RefusalSource> {
+        match s {
+            "intake" => Some(RefusalSource::Intake),
+            "github_log" => Some(RefusalSource::GitHubLog),
+            _ => None,
+        }
+    }
+}
+
+/// A delivery answered with a 4xx: never redelivered by reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedDelivery {
+    /// `X-GitHub-Delivery`.
+    pub delivery_id: String,
+    /// `X-GitHub-Event`, when known.
+    pub event: Option<String>,
+    /// The HTTP status answered.
+    pub status: u16,
+    pub reason: String,
+    pub source: RefusalSource,
+    /// Set by the store when recorded.
+    pub refused_at: DateTime<Utc>,
+}

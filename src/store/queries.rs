@@ -995,5 +995,7 @@ pub(crate) async fn pending_outbox_count(conn: &mut AnyConnection, _: Backend) -
     get_u64(&row, "n")
 }
 
+mod refused;
 mod remote;
+pub(crate) use refused::*;
 pub(crate) use remote::*;

@@ -70,6 +70,10 @@ pub enum PrAction {
     ReadyForReview,
     Closed,
     Labeled,
+    Unlabeled,
+    /// The title, description or base branch changed (the task may have).
+    Edited,
+    ConvertedToDraft,
 }
 
 impl PrAction {
@@ -82,6 +86,9 @@ impl PrAction {
             PrAction::ReadyForReview => "ready_for_review",
             PrAction::Closed => "closed",
             PrAction::Labeled => "labeled",
+            PrAction::Unlabeled => "unlabeled",
+            PrAction::Edited => "edited",
+            PrAction::ConvertedToDraft => "converted_to_draft",
         }
     }
 
@@ -94,6 +101,9 @@ impl PrAction {
             "ready_for_review" => PrAction::ReadyForReview,
             "closed" => PrAction::Closed,
             "labeled" => PrAction::Labeled,
+            "unlabeled" => PrAction::Unlabeled,
+            "edited" => PrAction::Edited,
+            "converted_to_draft" => PrAction::ConvertedToDraft,
             _ => return None,
         })
     }

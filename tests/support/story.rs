@@ -299,6 +299,32 @@ max_backoff_s = 1
         .await
     }
 
+    /// Waits until `head` has `n` completed check runs of jobs (not the neutral "no task" or
+    /// "waiting" checks) and returns them.
+    pub async fn completed_job_runs(&self, head: &str, n: usize) -> Vec<FakeCheckRun> {
+        self.wait(&format!("{n} completed grade(s) on {head}"), || {
+            let done: Vec<_> = self
+                .job_runs(head)
+                .into_iter()
+                .filter(|r| r.status == "completed")
+                .collect();
+            (done.len() >= n).then_some(done)
+        })
+        .await
+    }
+
+    /// The check runs of jobs on `head` (their `external_id` is the job id).
+    pub fn job_runs(&self, head: &str) -> Vec<FakeCheckRun> {
+        self.runs_for(head)
+            .into_iter()
+            .filter(|r| {
+                r.external_id
+                    .as_deref()
+                    .is_some_and(|e| e.parse::<i64>().is_ok())
+            })
+            .collect()
+    }
+
     pub async fn wait<T>(&self, what: &str, f: impl Fn() -> Option<T>) -> T {
         let started = Instant::now();
         loop {
@@ -406,5 +432,54 @@ impl World {
         let results = store.job_results(infradev::store::JobId(id)).await.unwrap();
         store.close().await;
         results
+    }
+}
+
+impl World {
+    /// Delivers an event the way GitHub does and waits until the service has processed it
+    /// (its effects are committed); returns the fake's record of the delivery.
+    pub async fn send_processed(
+        &self,
+        event: &str,
+        payload: Value,
+    ) -> super::fake_github::FakeDelivery {
+        let delivery = self.fake.send_webhook(event, payload).await;
+        assert_eq!(delivery.status_code, 202, "{event} was not accepted");
+        let store = self.store().await;
+        let started = Instant::now();
+        loop {
+            let stored = store.get_delivery(&delivery.guid).await.unwrap();
+            if stored.is_some_and(|d| d.processed_at.is_some()) {
+                break;
+            }
+            assert!(
+                started.elapsed() < GRADE_TIMEOUT,
+                "{event} delivery {} was never processed",
+                delivery.guid
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        store.close().await;
+        delivery
+    }
+
+    /// The store's record of pull `number` of the story's repository.
+    pub async fn stored_pull(&self, number: u64) -> infradev::store::Pull {
+        let store = self.store().await;
+        let pull = store.get_pull(REPO_FULL, number).await.unwrap();
+        store.close().await;
+        pull.unwrap_or_else(|| panic!("PR #{number} is not in the store"))
+    }
+
+    /// A human's pull request (`alice`, from a fork) that names the task and carries `labels`.
+    pub fn seed_human_pull(&self, number: u64, head: &str, labels: &[&str]) -> FakePull {
+        let mut pull = FakePull::new(number, head);
+        pull.head_ref = "feature/prefix-caching".into();
+        pull.base_ref = format!("infradev/{TASK}");
+        pull.head_repo = HeadRepo::Fork(format!("{FORK_OWNER}/{REPO}"));
+        pull.author = "alice".into();
+        pull.labels = labels.iter().map(|l| (*l).to_owned()).collect();
+        self.fake.add_pull(REPO_FULL, pull.clone());
+        pull
     }
 }

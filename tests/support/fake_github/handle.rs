@@ -123,6 +123,7 @@ pub fn handle(world: &mut World, base_url: &str, req: &Incoming<'_>) -> (Answer,
                                 body: body_json.as_ref().unwrap_or(&Value::Null),
                                 base_url,
                                 path: &decoded_path,
+                                caller: &record.caller,
                             };
                             dispatch(world, &ctx)
                         }
@@ -146,6 +147,8 @@ struct Ctx<'a> {
     body: &'a Value,
     base_url: &'a str,
     path: &'a str,
+    /// `jwt` or `installation:<id>`.
+    caller: &'a str,
 }
 
 impl Ctx<'_> {
@@ -257,6 +260,9 @@ fn dispatch(world: &mut World, ctx: &Ctx<'_>) -> (Answer, Option<Outgoing>) {
         }
         "actions/cancel-workflow-run" => cancel_workflow_run(world, ctx),
         "actions/list-workflow-runs" => list_workflow_runs(world, ctx),
+        "pulls/list" => list_pulls(world, ctx),
+        "apps/list-repos-accessible-to-installation" => list_installation_repos(world, ctx),
+        "reactions/create-for-issue-comment" => create_reaction(world, ctx),
         "pulls/get" => {
             let key = ctx.repo_key();
             let repo = &world.repos[&key];
@@ -539,6 +545,83 @@ fn list_comments(world: &mut World, ctx: &Ctx<'_>) -> Answer {
     answer
 }
 
+/// `GET /repos/{o}/{r}/pulls`: `state` open (the default), closed or all; by number, newest
+/// first (GitHub's default sort, `created` descending).
+fn list_pulls(world: &mut World, ctx: &Ctx<'_>) -> Answer {
+    let repo = &world.repos[&ctx.repo_key()];
+    let state = ctx.q.get("state").copied().unwrap_or("open");
+    let pulls: Vec<&super::world::FakePull> = repo
+        .pulls
+        .values()
+        .rev()
+        .filter(|p| match state {
+            "open" => p.state_open,
+            "closed" => !p.state_open,
+            _ => true,
+        })
+        .collect();
+    let (page, per_page) = ctx.page();
+    let items: Vec<Value> = paginate(&pulls, page, per_page)
+        .into_iter()
+        .map(|p| respond::pull_simple(&repo.full_name, repo.id, p))
+        .collect();
+    let mut answer = Answer::new(200, Value::Array(items));
+    if let Some(link) = ctx.page_link(page, per_page, pulls.len()) {
+        answer = answer.header("link", link);
+    }
+    answer
+}
+
+/// `GET /installation/repositories`: the repositories of the calling token's installation.
+fn list_installation_repos(world: &mut World, ctx: &Ctx<'_>) -> Answer {
+    let id: u64 = ctx
+        .caller
+        .strip_prefix("installation:")
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0);
+    let keys = world
+        .installations
+        .get(&id)
+        .map(|i| i.repos.clone())
+        .unwrap_or_default();
+    let repos: Vec<Value> = keys
+        .iter()
+        .filter_map(|k| world.repos.get(k))
+        .map(|r| respond::repository(&r.full_name, r.id))
+        .collect();
+    let (page, per_page) = ctx.page();
+    let items = paginate(&repos, page, per_page);
+    let mut answer = Answer::new(
+        200,
+        json!({"total_count": repos.len(), "repositories": items, "repository_selection": "selected"}),
+    );
+    if let Some(link) = ctx.page_link(page, per_page, repos.len()) {
+        answer = answer.header("link", link);
+    }
+    answer
+}
+
+/// `POST /repos/{o}/{r}/issues/comments/{id}/reactions`: 201 for a new reaction, 200 when the
+/// caller already reacted so.
+fn create_reaction(world: &mut World, ctx: &Ctx<'_>) -> Answer {
+    let content = ctx.body["content"].as_str().unwrap_or_default().to_string();
+    let who = world.bot_login();
+    let id = world.id();
+    let key = ctx.repo_key();
+    let comment_id = ctx.id("comment_id");
+    let repo = world.repos.get_mut(&key).expect("authenticated repo");
+    let Some(c) = repo.comments.iter_mut().find(|c| c.id == comment_id) else {
+        return Answer::new(404, error("Not Found", 404));
+    };
+    let status = if c.reactions.iter().any(|(w, r)| *w == who && *r == content) {
+        200
+    } else {
+        c.reactions.push((who.clone(), content.clone()));
+        201
+    };
+    Answer::new(status, respond::reaction(id, &who, &content))
+}
+
 /// GitHub's 422 for an over-long comment (real behaviour, not a violation).
 fn body_too_long(body: &str) -> Option<Answer> {
     (body.chars().count() > 65_536).then(|| {
@@ -569,6 +652,7 @@ fn create_comment(world: &mut World, ctx: &Ctx<'_>) -> Answer {
         edits: Vec::new(),
         created_at: now,
         updated_at: now,
+        reactions: Vec::new(),
     };
     let key = ctx.repo_key();
     let full_name = world.repos[&key].full_name.clone();
@@ -846,9 +930,13 @@ fn authenticate(world: &mut World, m: &Matched<'_>, headers: &HeaderMap) -> Resu
         ));
         return Err(unauthorized("Bad credentials"));
     }
+    // Operations on a repository need a token that covers it; the installation's own
+    // (`/installation/repositories`) need only a live token.
+    let Some(owner) = m.params.get("owner") else {
+        return Ok(format!("installation:{id}"));
+    };
     let key = format!(
-        "{}/{}",
-        m.params.get("owner").map(String::as_str).unwrap_or(""),
+        "{owner}/{}",
         m.params.get("repo").map(String::as_str).unwrap_or("")
     )
     .to_ascii_lowercase();

@@ -163,6 +163,7 @@ impl FakeGitHub {
             edits: Vec::new(),
             created_at: now,
             updated_at: now,
+            reactions: Vec::new(),
         });
         id
     }
@@ -357,6 +358,7 @@ impl FakeGitHub {
             .unwrap_or_default()
     }
 
+    /// Every comment of `repo`'s issue or pull request `issue`, with its reactions.
     pub fn comments(&self, repo: &str, issue: u64) -> Vec<FakeComment> {
         self.world()
             .repos

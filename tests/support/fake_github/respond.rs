@@ -208,6 +208,31 @@ pub fn pull(full_name: &str, repo_id: u64, p: &FakePull) -> Value {
     v
 }
 
+/// A pull request as `GET …/pulls` lists it (`pull-request-simple`).
+pub fn pull_simple(full_name: &str, repo_id: u64, p: &FakePull) -> Value {
+    let full = pull(full_name, repo_id, p);
+    let mut v = spec().example("pull-request-simple-items")[0].clone();
+    let Value::Object(fields) = &mut v else {
+        unreachable!("an object")
+    };
+    for (k, field) in fields.iter_mut() {
+        if let Some(value) = full.get(k) {
+            *field = value.clone();
+        }
+    }
+    v
+}
+
+/// A reaction by `login` (`reaction`).
+pub fn reaction(id: u64, login: &str, content: &str) -> Value {
+    let mut v = spec().example("reaction");
+    v["id"] = json!(id);
+    v["content"] = json!(content);
+    v["user"] = user(login, login.ends_with("[bot]"));
+    v["created_at"] = json!(ts(Utc::now()));
+    v
+}
+
 pub fn permission(login: &str, role: &str) -> Value {
     let legacy = match role {
         "admin" => "admin",

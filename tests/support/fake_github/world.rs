@@ -119,6 +119,9 @@ pub struct FakeComment {
     pub edits: Vec<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Reactions on the comment: (who, content such as `eyes` or `+1`), oldest first; one per
+    /// person and content, as on GitHub.
+    pub reactions: Vec<(String, String)>,
 }
 
 /// A webhook delivery of the App.
