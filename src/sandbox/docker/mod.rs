@@ -5,4 +5,4 @@ mod image;
 mod reaper;
 
 pub use executor::DockerExecutor;
-pub use image::{EnvImage, PipLayer, layer_file};
+pub use image::{EnvImage, PipLayer, image_exists, layer_file};
