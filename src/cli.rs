@@ -316,8 +316,13 @@ pub fn exit_code(verdict: Verdict) -> u8 {
 }
 
 async fn grade_command(root: &Path, args: GradeArgs) -> Result<u8, CliError> {
-    let task =
-        Registry::resolve(root, &args.task, args.probes.as_deref()).map_err(CliError::task)?;
+    let task = Registry::resolve(root, &args.task, args.probes.as_deref()).map_err(|e| {
+        CliError::task(anyhow::anyhow!(crate::run::missing_task(
+            root, &args.task, &e
+        )))
+    })?;
+    crate::run::check_rev(&args.repo, &args.head)
+        .map_err(|why| CliError::task(anyhow::anyhow!("--repo/--head: {why}")))?;
     let request = GradeRequest {
         task,
         repo: args.repo,

@@ -439,3 +439,36 @@ fn bad_submissions_files_are_rejected_with_file_line_and_what_is_wrong() {
     assert!(!all.contains(&format!("{f}:1:")), "{all}");
     assert!(!work.path().join("runs/bad").exists(), "nothing ran");
 }
+
+#[test]
+fn grade_names_close_tasks_missing_checkouts_and_revisions() {
+    let work = tempfile::tempdir().unwrap();
+    let grade = |task: &str, repo: &Path, head: &str| {
+        let o = infradev(
+            &root(),
+            &["grade", "--task", task, "--head", head, "--repo"],
+        )
+        .arg(repo)
+        .output()
+        .unwrap();
+        (o.status.code(), text(&o))
+    };
+    let (code, out) = grade("example-block-alocator", example_repo(), "base");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("no task `example-block-alocator`; did you mean `example-block-allocator`?"),
+        "{out}"
+    );
+    let (code, out) = grade(TASK, work.path(), "HEAD");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains(&format!("{} is not a git checkout", work.path().display())),
+        "{out}"
+    );
+    let (code, out) = grade(TASK, &work.path().join("nowhere"), "HEAD");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("does not exist"), "{out}");
+    let (code, out) = grade(TASK, example_repo(), "no-such-rev");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("`no-such-rev` is not a commit in"), "{out}");
+}

@@ -138,8 +138,12 @@ pub fn load_submissions(
     }
 }
 
-/// "no task `x`", with the ids that are close to it.
-fn missing_task(root: &Path, id: &str, error: &impl std::fmt::Display) -> String {
+/// "no task `x`", with the ids that are close to it; any other error (a task whose manifest
+/// is invalid) as it is.
+pub fn missing_task(root: &Path, id: &str, error: &impl std::fmt::Display) -> String {
+    if !error.to_string().contains(&format!("no task `{id}`")) {
+        return error.to_string();
+    }
     let ids: Vec<String> = Registry::load(root)
         .map(|r| r.tasks.into_iter().flatten().map(|t| t.id).collect())
         .unwrap_or_default();
