@@ -57,6 +57,12 @@ pub enum Command {
     /// Remote grading (scale-out backends).
     #[command(subcommand)]
     Job(JobCommand),
+    /// Grade many submissions as one benchmark run (docs/benchmark-runs.md).
+    Run(crate::commands::run::RunArgs),
+    /// Resolved rates, probe rejections and failure categories over a folder of reports.
+    Stats(crate::commands::stats::StatsArgs),
+    /// Check what grading needs, one line per check.
+    Doctor(crate::commands::doctor::DoctorArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,7 +106,8 @@ pub struct GradeArgs {
     /// The task's probe directory, when not `<root>/probes/<task-id>`.
     #[arg(long)]
     pub probes: Option<PathBuf>,
-    /// Write the report as JSON (docs/grade-json.md).
+    /// Write the report as JSON (docs/grade-json.md); `-` writes it to standard output and
+    /// the summary to standard error.
     #[arg(long)]
     pub json: Option<PathBuf>,
     /// Write the report as JUnit XML.
@@ -226,6 +233,9 @@ pub async fn run(mut cli: Cli) -> u8 {
         Command::Serve { config } => serve(&config).await,
         Command::Action(args) => Ok(crate::action::run(&cli.root, args).await),
         Command::Job(JobCommand::Run(args)) => Ok(crate::job_run::run(&cli.root, args).await),
+        Command::Run(args) => crate::commands::run::run_command(&cli.root, args).await,
+        Command::Stats(args) => crate::commands::stats::stats_command(args),
+        Command::Doctor(args) => Ok(crate::commands::doctor::doctor_command(&cli.root, args).await),
         Command::App(AppCommand::Manifest {
             name,
             url,
@@ -306,8 +316,13 @@ pub fn exit_code(verdict: Verdict) -> u8 {
 }
 
 async fn grade_command(root: &Path, args: GradeArgs) -> Result<u8, CliError> {
-    let task =
-        Registry::resolve(root, &args.task, args.probes.as_deref()).map_err(CliError::task)?;
+    let task = Registry::resolve(root, &args.task, args.probes.as_deref()).map_err(|e| {
+        CliError::task(anyhow::anyhow!(crate::run::missing_task(
+            root, &args.task, &e
+        )))
+    })?;
+    crate::run::check_rev(&args.repo, &args.head)
+        .map_err(|why| CliError::task(anyhow::anyhow!("--repo/--head: {why}")))?;
     let request = GradeRequest {
         task,
         repo: args.repo,
@@ -317,11 +332,18 @@ async fn grade_command(root: &Path, args: GradeArgs) -> Result<u8, CliError> {
         keep_workdir: args.keep_workdir,
     };
     let report = grade_with_progress(&request).await?;
-    print!("{}", render_summary(&report));
+    // `--json -`: the JSON alone on standard output, the summary on standard error.
+    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    if json_to_stdout {
+        eprint!("{}", render_summary(&report));
+        print!("{}", render_json(&report));
+    } else {
+        print!("{}", render_summary(&report));
+    }
     let write = |path: &Path, text: String| {
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
     };
-    if let Some(path) = &args.json {
+    if let Some(path) = args.json.as_ref().filter(|_| !json_to_stdout) {
         write(path, render_json(&report)).map_err(|error| CliError {
             code: exit::INFRA,
             error,

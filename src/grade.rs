@@ -208,6 +208,66 @@ pub async fn grade_submission(
     Ok(report)
 }
 
+/// Builds (or finds) what a task's grades run in, once, before many grades of it start at
+/// the same time (`infradev run`): the environment image for Docker. An error is our side's.
+pub async fn prepare_environment(
+    choice: &ExecutorChoice,
+    task: &Task,
+    lib: &Path,
+) -> Result<(), String> {
+    prepare_executor(choice, task, lib).await.map(|_| ())
+}
+
+/// The report of a submission whose diff does not apply to the task's base commit: nothing
+/// ran, every expected test is `not_run`, and the verdict is the submission's (`unresolved`,
+/// `build`). `reason` is text we compose, never the diff tool's output.
+pub fn report_unapplied(
+    task: &Task,
+    repo: &str,
+    choice: &ExecutorChoice,
+    reason: String,
+) -> Report {
+    let mut tests = Vec::new();
+    for phase in [Phase::Tests, Phase::Probes] {
+        tests.extend(
+            expected_tests(task, phase)
+                .into_iter()
+                .map(|(x, e)| (x, e.not_run(phase))),
+        );
+    }
+    let mut grade = grade(Some(&reason), &[], tests);
+    for test in &mut grade.tests {
+        test.evidence.message = None;
+    }
+    Report {
+        schema_version: SCHEMA_VERSION,
+        task: TaskRef {
+            id: task.id.clone(),
+            repository: task.repository.clone(),
+            pr: task.pr,
+            base_commit: task.base_commit.clone(),
+            reference_commit: task.reference_commit.clone(),
+        },
+        submission: SubmissionRef {
+            repo: repo.to_owned(),
+            head: task.base_commit.clone(),
+            changed_files: Vec::new(),
+        },
+        executor: executor_label(choice).to_owned(),
+        executor_limits: Vec::new(),
+        flags: Vec::new(),
+        apply_error: Some(reason),
+        phases: Vec::new(),
+        grade,
+        probe_requirements: task
+            .probes
+            .probes
+            .iter()
+            .map(|p| (p.test.clone(), p.requirement.clone()))
+            .collect(),
+    }
+}
+
 fn executor_label(choice: &ExecutorChoice) -> &'static str {
     match choice {
         ExecutorChoice::Docker { .. } => "docker",

@@ -150,6 +150,11 @@ impl EnvImage {
     }
 }
 
+/// Whether `name` is in the local image store (`infradev doctor`).
+pub async fn image_exists(docker: &Docker, name: &str) -> bool {
+    docker.inspect_image(name).await.is_ok()
+}
+
 /// The tag a layer gets: its repo plus a digest of its parent and its inputs.
 pub fn layer_tag(parent_id: &str, layer: &PipLayer, python: &str) -> String {
     let mut hasher = Sha256::new();

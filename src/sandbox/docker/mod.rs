@@ -6,4 +6,4 @@ mod ranks;
 mod reaper;
 
 pub use executor::DockerExecutor;
-pub use image::{EnvImage, PipLayer, layer_file};
+pub use image::{EnvImage, PipLayer, image_exists, layer_file};
