@@ -6,35 +6,12 @@ called with keyword arguments."""
 import pytest
 import torch
 
+from _context import fake_context, import_now, kept
 from infradev_probe import subject
 
 kv_block_allocator = subject.module("megatron.core.inference.contexts.kv_block_allocator")
 config = subject.module("megatron.core.inference.config")
-# The subject's own standard library: the fake context lives where the allocator does.
-subject_types = subject.module("types")
-builtins = subject.module("builtins")
-
-
-def _import_now():
-    """Imports the modules in the subject at collection, outside every test. Tests reach
-    every name through the module proxies, which re-import in a new subject after a crash:
-    a handle kept from an earlier subject would be stale."""
-    for module in (kv_block_allocator, config, subject_types):
-        try:
-            subject.describe(module)
-        except Exception:
-            pass  # the tests meet the error again and report it
-
-
-_import_now()
-
-
-def _ctx():
-    return subject_types.SimpleNamespace(
-        paused_request_count=0, total_request_count=0,
-        request_kv_block_counts=torch.zeros(4, dtype=torch.int32),
-        request_to_kv_block_ids=-torch.ones((4, 4), dtype=torch.int32),
-        prefix_cache_lru_clock=3)
+import_now(kv_block_allocator, config)
 
 
 def test_public_interface():
@@ -57,12 +34,12 @@ def test_public_interface():
     sig = subject.signature(KVBlockAllocator.evict_lru_blocks)
     assert list(sig.parameters)[1:] == ["num_blocks_needed"]
 
-    a = KVBlockAllocator(context=_ctx(), total_count=12, paused_count=2,
+    a = KVBlockAllocator(context=fake_context(clock=3), total_count=12, paused_count=2,
                          enable_prefix_caching=True,
                          prefix_caching_eviction_policy=PrefixCachingEvictionPolicy.LRU)
     for name, fill in (("block_parent_id", -1), ("block_child_count", 0)):
         # Tensors cross as CPU copies: device and dtype are asked of the subject's own tensor.
-        remote = subject.keep(builtins.getattr, a, name)
+        remote = kept(a, name)
         assert remote.device.type == "cpu" and remote.dtype == torch.int64
         t = subject.fetch(remote)
         assert isinstance(t, torch.Tensor) and t.dtype == torch.int64
@@ -82,7 +59,7 @@ def test_public_interface():
     more = a.allocate_memory_blocks(num_blocks=1).clone().tolist()
     a.register_kv_block_hashes(block_ids=more, block_hashes=[15])
     assert a.block_parent_id[more].tolist() == [-1]
-    other = KVBlockAllocator(context=_ctx(), total_count=6, paused_count=1,
+    other = KVBlockAllocator(context=fake_context(clock=3), total_count=6, paused_count=1,
                              enable_prefix_caching=True,
                              prefix_caching_eviction_policy=PrefixCachingEvictionPolicy.LRU)
     with pytest.raises(AssertionError):

@@ -8,6 +8,7 @@ import zlib
 
 import torch
 
+from _context import fake_context, import_now, kept
 from infradev_probe import subject
 
 PROBE_SECRET = "PROBE-SECRET-lru-order-91ce"
@@ -15,29 +16,7 @@ SEED = zlib.crc32(PROBE_SECRET.encode())
 
 kv_block_allocator = subject.module("megatron.core.inference.contexts.kv_block_allocator")
 config = subject.module("megatron.core.inference.config")
-# The subject's own standard library: the fake context lives where the allocator does.
-subject_types = subject.module("types")
-builtins = subject.module("builtins")
-
-
-def _import_now():
-    """Imports the modules in the subject at collection, outside every test. Tests reach
-    every name through the module proxies, which re-import in a new subject after a crash:
-    a handle kept from an earlier subject would be stale."""
-    for module in (kv_block_allocator, config, subject_types):
-        try:
-            subject.describe(module)
-        except Exception:
-            pass  # the tests meet the error again and report it
-
-
-_import_now()
-
-
-def _kept(obj, name):
-    """``obj.<name>`` as a handle to the subject's own object (a tensor to update in place:
-    read by value, it would be a copy)."""
-    return subject.keep(builtins.getattr, obj, name)
+import_now(kv_block_allocator, config)
 
 
 def _reference(cached, parent_of, ts, k):
@@ -68,11 +47,7 @@ def test_repeated_evictions_match_reference():
     rng = random.Random(SEED)
     total = 601
     clock = [1]  # the context's prefix_cache_lru_clock, set by the probe alone
-    ctx = subject_types.SimpleNamespace(
-        paused_request_count=0, total_request_count=0,
-        request_kv_block_counts=torch.zeros(4, dtype=torch.int32),
-        request_to_kv_block_ids=-torch.ones((4, 4), dtype=torch.int32),
-        prefix_cache_lru_clock=clock[0])
+    ctx = fake_context(clock=clock[0])
     a = kv_block_allocator.KVBlockAllocator(
         ctx, total_count=total, paused_count=1, enable_prefix_caching=True,
         prefix_caching_eviction_policy=config.PrefixCachingEvictionPolicy.LRU)
@@ -89,7 +64,7 @@ def test_repeated_evictions_match_reference():
         registrations and stamps go in one batch, in order."""
         tick(1)
         ids = [int(x) for x in a.allocate_memory_blocks(n_blocks).clone().tolist()]
-        stamps = _kept(a, "block_timestamps")
+        stamps = kept(a, "block_timestamps")
         batch = subject.batch()
         i = 0
         while i < len(ids):
@@ -131,7 +106,7 @@ def test_repeated_evictions_match_reference():
                 b = parent_of[b]
         if path:
             pt = torch.tensor(sorted(path), dtype=torch.int32)
-            refs = _kept(a, "block_ref_counts")  # in place, in the subject
+            refs = kept(a, "block_ref_counts")  # in place, in the subject
             refs[pt] += 1
             a.update_timestamps(pt)
             refs[pt] -= 1

@@ -13,6 +13,7 @@ import zlib
 
 import torch
 
+from _context import fake_context, import_now, kept
 from infradev_probe import subject
 
 PROBE_SECRET = "PROBE-SECRET-lru-state-3b91"
@@ -20,47 +21,13 @@ SEED = zlib.crc32(PROBE_SECRET.encode())
 
 kv_block_allocator = subject.module("megatron.core.inference.contexts.kv_block_allocator")
 config = subject.module("megatron.core.inference.config")
-# The subject's own standard library: the fake context lives where the allocator does.
-subject_types = subject.module("types")
-builtins = subject.module("builtins")
-
-
-def _import_now():
-    """Imports the modules in the subject at collection, outside every test. Tests reach
-    every name through the module proxies, which re-import in a new subject after a crash:
-    a handle kept from an earlier subject would be stale."""
-    for module in (kv_block_allocator, config, subject_types):
-        try:
-            subject.describe(module)
-        except Exception:
-            pass  # the tests meet the error again and report it
-
-
-_import_now()
-
-
-def _context():
-    """The attributes of DynamicInferenceContext that the allocator reads (a SimpleNamespace
-    in the subject)."""
-    return subject_types.SimpleNamespace(
-        paused_request_count=0,
-        total_request_count=0,
-        request_kv_block_counts=torch.zeros(8, dtype=torch.int32),
-        request_to_kv_block_ids=-torch.ones((8, 8), dtype=torch.int32),
-        prefix_cache_lru_clock=0,
-    )
-
-
-def _kept(obj, name):
-    """``obj.<name>`` as a handle to the subject's own object (a tensor to update in place:
-    read by value, it would be a copy)."""
-    return subject.keep(builtins.getattr, obj, name)
+import_now(kv_block_allocator, config)
 
 
 def _pin(a, blocks):
     """What add_request does to matched blocks: ref count + 1 in the allocator's own tensor,
     then update_timestamps."""
-    refs = _kept(a, "block_ref_counts")
+    refs = kept(a, "block_ref_counts")
     refs[blocks] += 1
     a.update_timestamps(blocks)
 
@@ -80,7 +47,7 @@ class Sim:
     """Drives a real allocator and keeps an independent model of the cached forest."""
 
     def __init__(self, total_count):
-        self.ctx = _context()
+        self.ctx = fake_context(requests=8)
         self.clock = 0  # the context's prefix_cache_lru_clock, set by the probe alone
         self.a = kv_block_allocator.KVBlockAllocator(
             context=self.ctx,

@@ -8,6 +8,7 @@ import zlib
 
 import torch
 
+from _context import fake_context, import_now, kept
 from infradev_probe import subject
 
 PROBE_SECRET = "PROBE-SECRET-lru-time-5e0a"
@@ -18,32 +19,12 @@ CHAIN = 8
 
 kv_block_allocator = subject.module("megatron.core.inference.contexts.kv_block_allocator")
 config = subject.module("megatron.core.inference.config")
-# The subject's own standard library: the fake context lives where the allocator does.
-subject_types = subject.module("types")
-builtins = subject.module("builtins")
-
-
-def _import_now():
-    """Imports the modules in the subject at collection, so that no test's measurement
-    includes the import. Tests reach every name through the module proxies, which re-import
-    in a new subject after a crash: a handle kept from an earlier subject would be stale."""
-    for module in (kv_block_allocator, config, subject_types):
-        try:
-            subject.describe(module)
-        except Exception:
-            pass  # the tests meet the error again and report it
-
-
-_import_now()
+import_now(kv_block_allocator, config)
 
 
 def _build():
     rng = random.Random(SEED)
-    ctx = subject_types.SimpleNamespace(
-        paused_request_count=0, total_request_count=0,
-        request_kv_block_counts=torch.zeros(4, dtype=torch.int32),
-        request_to_kv_block_ids=-torch.ones((4, 4), dtype=torch.int32),
-        prefix_cache_lru_clock=1)
+    ctx = fake_context(clock=1)
     a = kv_block_allocator.KVBlockAllocator(
         ctx, total_count=N_CACHED + 1, paused_count=1, enable_prefix_caching=True,
         prefix_caching_eviction_policy=config.PrefixCachingEvictionPolicy.LRU)
@@ -60,7 +41,7 @@ def _build():
     stamps = list(range(1, N_CACHED + 1))
     rng.shuffle(stamps)
     # Set in the subject's own tensor (as the official tests do in-process).
-    timestamps = subject.keep(builtins.getattr, a, "block_timestamps")
+    timestamps = kept(a, "block_timestamps")
     timestamps[torch.tensor(ids)] = torch.tensor(stamps)
     return a
 
