@@ -645,17 +645,26 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                         code: exit::INFRA,
                         error: error.context(format!("fetching for task `{}`", task.id)),
                     })?;
-                let record = crate::power::run::power_task(&task, &opts)
-                    .await
-                    .map_err(|error| CliError {
-                        code: exit::INFRA,
-                        error: error.context(format!("probe power of task `{}`", task.id)),
-                    })?;
+                let record =
+                    crate::power::run::power_task(&task, &opts)
+                        .await
+                        .map_err(|error| CliError {
+                            code: exit::INFRA,
+                            error: error.context(format!("probe power of task `{}`", task.id)),
+                        })?;
                 println!("{}", crate::power::run::summary(&task.id, &record));
-                for m in record.mutants.iter().filter(|m| m.status == crate::power::Status::Survived) {
+                for m in record
+                    .mutants
+                    .iter()
+                    .filter(|m| m.status == crate::power::Status::Survived)
+                {
                     println!(
                         "  survived {} {} at {}: `{}` → `{}`",
-                        m.site.id, m.site.operator, m.site.location, m.site.original, m.site.replacement
+                        m.site.id,
+                        m.site.operator,
+                        m.site.location,
+                        m.site.original,
+                        m.site.replacement
                     );
                 }
                 for v in record

@@ -507,11 +507,7 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
 
 /// Runs git in `dir` as the validation's own committer, with fixed dates so that the same
 /// sdists always give the same commits.
-pub(crate) fn git_env(
-    dir: &Path,
-    env: &[(&str, &OsStr)],
-    args: &[&str],
-) -> anyhow::Result<String> {
+pub(crate) fn git_env(dir: &Path, env: &[(&str, &OsStr)], args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)

@@ -294,8 +294,7 @@ async fn grade_candidate(
                 for seed in SEEDS {
                     match grade_step(task, repo, head, Step::Probes { seed }, opts).await {
                         Ok(p) => {
-                            let killed =
-                                !super::differing(&p, baseline.probes_on(seed)).is_empty();
+                            let killed = !super::differing(&p, baseline.probes_on(seed)).is_empty();
                             probes.push((seed, p));
                             if killed && seed == SEEDS[0] {
                                 break; // Killed on the real workload: no need for more.

@@ -198,7 +198,10 @@ fn variants_are_accepted_only_when_every_probe_passes() {
     ];
     for (o, p, status, failed) in table {
         let (got, ids) = judge_variant(&o, &p, &official, &probes);
-        assert_eq!((got, ids), (status, failed.iter().map(|s| s.to_string()).collect()));
+        assert_eq!(
+            (got, ids),
+            (status, failed.iter().map(|s| s.to_string()).collect())
+        );
     }
 }
 
@@ -211,7 +214,15 @@ fn kill_rate_counts_only_official_passing_non_equivalent_mutants() {
         (&[Killed], Some(1.0)),
         (&[Killed, Survived], Some(0.5)),
         (
-            &[Killed, Killed, Killed, Survived, Discarded, PossiblyEquivalent, Error],
+            &[
+                Killed,
+                Killed,
+                Killed,
+                Survived,
+                Discarded,
+                PossiblyEquivalent,
+                Error,
+            ],
             Some(0.75),
         ),
     ];
@@ -307,7 +318,9 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         (Some(record(now, Some(0.9), 2, 0)), &[]),
         (
             Some(record("sha256:bbbbbbbbbbbbbbbb", Some(1.0), 0, 0)),
-            &["older than the probes (recorded against bbbbbbbbbbbb, the probes are now aaaaaaaaaaaa)"],
+            &[
+                "older than the probes (recorded against bbbbbbbbbbbb, the probes are now aaaaaaaaaaaa)",
+            ],
         ),
         (
             Some(record(now, Some(0.8), 3, 0)),
@@ -320,7 +333,11 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         (Some(record(now, None, 0, 0)), &["no kill rate"]),
         (
             Some(record("sha256:cc", Some(0.5), 5, 1)),
-            &["older than the probes", "under the threshold", "variant(s) rejected"],
+            &[
+                "older than the probes",
+                "under the threshold",
+                "variant(s) rejected",
+            ],
         ),
     ];
     for (r, want) in table {

@@ -47,7 +47,12 @@ pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
     let text = match std::fs::read_to_string(&file) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(default),
-        Err(e) => return Err(ManifestError::whole_file(&file, format!("cannot read: {e}"))),
+        Err(e) => {
+            return Err(ManifestError::whole_file(
+                &file,
+                format!("cannot read: {e}"),
+            ));
+        }
     };
     let raw: RawPower =
         toml::from_str(&text).map_err(|e| ManifestError::from_toml(&file, &text, &e))?;
