@@ -144,6 +144,26 @@ fn differing(run: &Outcomes, reference: &Outcomes) -> Vec<String> {
         .collect()
 }
 
+/// Probes with a time budget measure wall-clock time on a shared machine: a failure of only
+/// such probes is graded again, and [`reproduced`] keeps a failure only when both grades agree.
+/// `budgeted` lists the probes (test ids) with a time budget.
+pub fn needs_confirmation(run: &Outcomes, reference: &Outcomes, budgeted: &[String]) -> bool {
+    let failed = differing(run, reference);
+    !failed.is_empty() && failed.iter().all(|id| budgeted.contains(id))
+}
+
+/// Two grades of the same head on the same seed: a test counts as not passing only when it
+/// did not pass in either (a time budget missed once under load is not a kill).
+pub fn reproduced(first: &Outcomes, second: &Outcomes) -> Outcomes {
+    first
+        .iter()
+        .map(|(id, o)| match second.get(id) {
+            Some(Outcome::Passed) => (id.clone(), Outcome::Passed),
+            _ => (id.clone(), *o),
+        })
+        .collect()
+}
+
 /// Judges a mutant from its official outcomes and its probe outcomes per seed, against the
 /// reference's. `probes` holds the seeds that were graded, in order (seed 0 first); a mutant
 /// killed on seed 0 need not be graded on the others.

@@ -359,3 +359,32 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         Assessment::Holds { .. }
     ));
 }
+
+#[test]
+fn a_time_budget_failure_counts_only_when_a_second_grade_reproduces_it() {
+    let reference = outcomes(&[("p::state", Passed), ("p::time", Passed)]);
+    let budgeted = vec!["p::time".to_owned()];
+    let table: &[(&[(&str, Outcome)], bool)] = &[
+        (&[("p::state", Passed), ("p::time", Passed)], false),
+        (&[("p::state", Passed), ("p::time", Failed)], true),
+        (&[("p::state", Failed), ("p::time", Failed)], false),
+        (&[("p::state", Failed), ("p::time", Passed)], false),
+    ];
+    for (run, want) in table {
+        assert_eq!(
+            needs_confirmation(&outcomes(run), &reference, &budgeted),
+            *want,
+            "{run:?}"
+        );
+    }
+    let first = outcomes(&[("p::state", Passed), ("p::time", Failed)]);
+    let again = outcomes(&[("p::state", Passed), ("p::time", Passed)]);
+    let still = outcomes(&[("p::state", Passed), ("p::time", Failed)]);
+    assert_eq!(reproduced(&first, &again), reference);
+    assert_eq!(reproduced(&first, &still), first);
+    assert_eq!(
+        reproduced(&first, &Outcomes::new()),
+        first,
+        "unreported is never passed"
+    );
+}
