@@ -191,6 +191,27 @@ pub enum TasksCommand {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Probe power: grade mutants of the reference change (the probes must reject them) and
+    /// behaviour-preserving variants (the probes must accept them); the figures go into
+    /// validation.json as its `power` record (docs/tasks.md, "Probe power").
+    Power {
+        #[command(flatten)]
+        select: TaskSelection,
+        #[command(flatten)]
+        host: HostArgs,
+        /// A local clone of the upstream repository, for tasks validated from git.
+        #[arg(long)]
+        git: Option<PathBuf>,
+        /// Grades at once.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// At most this many mutants (and variants) per operator.
+        #[arg(long, default_value_t = 6)]
+        cap: usize,
+        /// Write `<task-id>.validation.json` here instead of the task's validation.json.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
     /// Check that prompt.md names every upstream symbol the task's probes use.
     Lint {
         #[command(flatten)]
@@ -501,6 +522,24 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                     }
                 }
             }
+            for t in registry.tasks.iter().flatten() {
+                match crate::power::run::assess_task(t) {
+                    Ok(crate::power::Assessment::NotMeasured) => {
+                        println!("{}: probe power not measured yet", t.id)
+                    }
+                    Ok(crate::power::Assessment::Holds { kill_rate }) => println!(
+                        "{}: probe power holds (kill rate {})",
+                        t.id,
+                        kill_rate.map_or("n/a".into(), crate::power::percent)
+                    ),
+                    Ok(crate::power::Assessment::Fails(found)) => problems.extend(
+                        found
+                            .into_iter()
+                            .map(|p| format!("{}: probe power: {p}", t.id)),
+                    ),
+                    Err(e) => problems.push(e.to_string()),
+                }
+            }
             for p in &problems {
                 println!("{p}");
             }
@@ -601,6 +640,83 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                     "not valid: {}",
                     invalid.join(", ")
                 ))),
+            }
+        }
+        TasksCommand::Power {
+            select,
+            host,
+            git,
+            jobs,
+            cap,
+            out_dir,
+        } => {
+            let opts = crate::power::run::PowerOptions {
+                runners: root.join("runners"),
+                cache: Cache::locate(host.cache),
+                git,
+                python: host.python.clone(),
+                cap_per_operator: cap,
+                jobs,
+                out_dir,
+            };
+            let mut weak = Vec::new();
+            for task in select.resolve(root)? {
+                fetch_wheels(&host.python, &task, &opts.runners, &opts.cache)
+                    .and(Ok(()))
+                    .map_err(|error| CliError {
+                        code: exit::INFRA,
+                        error: error.context(format!("fetching for task `{}`", task.id)),
+                    })?;
+                let record =
+                    crate::power::run::power_task(&task, &opts)
+                        .await
+                        .map_err(|error| CliError {
+                            code: exit::INFRA,
+                            error: error.context(format!("probe power of task `{}`", task.id)),
+                        })?;
+                println!("{}", crate::power::run::summary(&task.id, &record));
+                for m in record
+                    .mutants
+                    .iter()
+                    .filter(|m| m.status == crate::power::Status::Survived)
+                {
+                    println!(
+                        "  survived {} {} at {}: `{}` → `{}`",
+                        m.site.id,
+                        m.site.operator,
+                        m.site.location,
+                        m.site.original,
+                        m.site.replacement
+                    );
+                }
+                for v in record
+                    .variants
+                    .iter()
+                    .filter(|v| v.status == crate::power::VariantStatus::Rejected)
+                {
+                    println!(
+                        "  rejected variant {} {} at {} by {}",
+                        v.site.id,
+                        v.site.operator,
+                        v.site.location,
+                        v.failed.join(", ")
+                    );
+                }
+                let passes = record
+                    .kill_rate
+                    .is_some_and(|r| r + 1e-9 >= record.threshold)
+                    && record.counts.variants_rejected == 0;
+                if !passes {
+                    weak.push(task.id.clone());
+                }
+            }
+            if weak.is_empty() {
+                Ok(exit::RESOLVED)
+            } else {
+                Err(CliError::task(anyhow::anyhow!(
+                    "probe power under the threshold, or variants rejected: {}",
+                    weak.join(", ")
+                )))
             }
         }
         TasksCommand::Lint { select, python } => {

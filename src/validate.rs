@@ -68,6 +68,9 @@ pub struct Validation {
     pub images: Vec<ImageRecord>,
     pub runs: Vec<RunRecord>,
     pub checks: Vec<CheckRecord>,
+    /// Probe power (`infradev tasks power`), kept when the task is validated again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<crate::power::PowerRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -186,14 +189,25 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
             .collect(),
         runs: reports.iter().map(|(n, r)| run_record(n, r)).collect(),
         checks,
+        power: None,
     };
     let path = opts.record_path(task);
+    let mut validation = validation;
+    validation.power = read_validation(&path)
+        .or_else(|| read_validation(&task.dir.join(VALIDATION_FILE)))
+        .and_then(|v| v.power);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&path, serde_json::to_string_pretty(&validation)? + "\n")
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(validation)
+}
+
+/// A task's validation.json, if there is one that parses.
+pub fn read_validation(path: &Path) -> Option<Validation> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 fn short(sha: &str) -> &str {
@@ -350,17 +364,17 @@ fn check(name: &str, problems: Vec<String>) -> CheckRecord {
 }
 
 /// A private git repository holding the base, the reference and a null patch.
-struct Source {
+pub(crate) struct Source {
     _dir: tempfile::TempDir,
-    repo: PathBuf,
-    base: String,
-    reference: String,
+    pub(crate) repo: PathBuf,
+    pub(crate) base: String,
+    pub(crate) reference: String,
     null: String,
     record: SourceRecord,
 }
 
 impl Source {
-    async fn prepare(task: &Task, opts: &ValidateOptions) -> anyhow::Result<Source> {
+    pub(crate) async fn prepare(task: &Task, opts: &ValidateOptions) -> anyhow::Result<Source> {
         let dir = tempfile::tempdir().context("cannot create a work dir")?;
         let repo = dir.path().join("upstream");
         let (base, reference, record) = match &task.upstream.source {
@@ -487,13 +501,13 @@ fn commit_sdist(
     run(&args)
 }
 
-fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     git_env(dir, &[], args)
 }
 
 /// Runs git in `dir` as the validation's own committer, with fixed dates so that the same
 /// sdists always give the same commits.
-fn git_env(dir: &Path, env: &[(&str, &OsStr)], args: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn git_env(dir: &Path, env: &[(&str, &OsStr)], args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)

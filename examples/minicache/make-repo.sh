@@ -6,6 +6,7 @@
 #   tag reference            base + reference.patch (prefix caching, with the new official tests)
 #   submission/<name>        base + submissions/<name>.patch or hostile/<name>.patch
 #   submission/<name>        base + attacks/<name>.patch (the red team's, tests/redteam.rs)
+#   submission/<name>        base + wrong/<name>.patch (hand-written wrong patches, tests/power.rs)
 #
 # The result is bit-for-bit reproducible: fixed identity and dates, file modes forced to 0644,
 # and the user's and the system's git configuration ignored. Every run produces the same SHAs.
@@ -69,7 +70,8 @@ apply_patch "$HERE/reference.patch"
 commit_all "minicache: prefix caching (reference)"
 g tag reference
 
-for patch in "$HERE"/submissions/*.patch "$HERE"/hostile/*.patch "$HERE"/attacks/*.patch; do
+for patch in "$HERE"/submissions/*.patch "$HERE"/hostile/*.patch "$HERE"/attacks/*.patch \
+    "$HERE"/wrong/*.patch; do
     [ -e "$patch" ] || continue
     name=$(basename "$patch" .patch)
     g checkout -q -b "submission/$name" base

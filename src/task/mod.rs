@@ -2,6 +2,7 @@
 
 mod error;
 mod manifest;
+mod power;
 mod probes;
 mod registry;
 
@@ -10,5 +11,6 @@ pub use manifest::{
     Environment, Gpus, OfficialTests, Release, Resources, Task, Timeouts, Upstream, UpstreamSource,
     load_task,
 };
+pub use power::{Equivalent, POWER_FILE, PowerConfig, load_power_config};
 pub use probes::{Budget, Probe, ProbeSet, load_probes};
 pub use registry::{CheckProblem, Registry, check_task};

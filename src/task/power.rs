@@ -1,0 +1,88 @@
+//! `tasks/<repo>/<id>/power.toml` (optional): the kill rate a task's probes must reach, and the
+//! surviving mutants reviewed as equivalent to the reference, each with its reason
+//! (docs/tasks-format.md).
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::error::ManifestError;
+use super::manifest::Task;
+
+/// The file beside task.toml.
+pub const POWER_FILE: &str = "power.toml";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PowerConfig {
+    /// Killed / (killed + survived) must be at least this.
+    pub threshold: f64,
+    pub equivalent: Vec<Equivalent>,
+}
+
+/// A mutant reviewed as equivalent to the reference.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Equivalent {
+    /// The mutant's stable id (from the power record).
+    pub mutant: String,
+    /// Why no correct probe can tell it from the reference.
+    pub reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPower {
+    #[serde(default)]
+    threshold: Option<Spanned<f64>>,
+    #[serde(default)]
+    equivalent: Vec<Spanned<Equivalent>>,
+}
+
+/// The task's power.toml, or the defaults when it has none.
+pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
+    let file = task.dir.join(POWER_FILE);
+    let default = PowerConfig {
+        threshold: crate::power::DEFAULT_THRESHOLD,
+        equivalent: Vec::new(),
+    };
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(default),
+        Err(e) => {
+            return Err(ManifestError::whole_file(
+                &file,
+                format!("cannot read: {e}"),
+            ));
+        }
+    };
+    let raw: RawPower =
+        toml::from_str(&text).map_err(|e| ManifestError::from_toml(&file, &text, &e))?;
+    let mut config = default;
+    if let Some(t) = raw.threshold {
+        let value = *t.get_ref();
+        if !(value > 0.0 && value <= 1.0) {
+            return Err(ManifestError::at(
+                &file,
+                &text,
+                t.span(),
+                Some("threshold"),
+                "must be in (0, 1]",
+            ));
+        }
+        config.threshold = value;
+    }
+    for e in raw.equivalent {
+        let span = e.span();
+        let e = e.into_inner();
+        if e.reason.trim().is_empty() {
+            return Err(ManifestError::at(
+                &file,
+                &text,
+                span,
+                Some("equivalent.reason"),
+                format!("mutant `{}`: say why it is equivalent", e.mutant),
+            ));
+        }
+        config.equivalent.push(e);
+    }
+    Ok(config)
+}
