@@ -5,6 +5,8 @@
 //! A second baseline runs the same no-op pytest by hand (`docker run --rm <image> python3 -m
 //! pytest test_noop.py`): the work any pytest-based grader must do, so the gap between it and
 //! the grade is what InfraDev itself adds (clone, guard, image check, container API, results).
+//! A third grade makes 1000 calls into the subject, to price one brokered round trip of the
+//! two-sandbox probe phase.
 //!
 //! `cargo bench --bench grade_overhead` (needs Docker and runners/base-image/build.sh).
 

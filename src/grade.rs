@@ -164,13 +164,7 @@ pub async fn grade_submission(
     }
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
-        task: TaskRef {
-            id: task.id.clone(),
-            repository: task.repository.clone(),
-            pr: task.pr,
-            base_commit: task.base_commit.clone(),
-            reference_commit: task.reference_commit.clone(),
-        },
+        task: TaskRef::of(task),
         submission: SubmissionRef {
             repo: req.repo.display().to_string(),
             head: ws.head.clone(),
@@ -241,13 +235,7 @@ pub fn report_unapplied(
     }
     Report {
         schema_version: SCHEMA_VERSION,
-        task: TaskRef {
-            id: task.id.clone(),
-            repository: task.repository.clone(),
-            pr: task.pr,
-            base_commit: task.base_commit.clone(),
-            reference_commit: task.reference_commit.clone(),
-        },
+        task: TaskRef::of(task),
         submission: SubmissionRef {
             repo: repo.to_owned(),
             head: task.base_commit.clone(),

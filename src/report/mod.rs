@@ -52,6 +52,19 @@ pub struct TaskRef {
     pub reference_commit: String,
 }
 
+impl TaskRef {
+    /// The task a report is about, as the report names it.
+    pub fn of(task: &crate::task::Task) -> TaskRef {
+        TaskRef {
+            id: task.id.clone(),
+            repository: task.repository.clone(),
+            pr: task.pr,
+            base_commit: task.base_commit.clone(),
+            reference_commit: task.reference_commit.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmissionRef {
     /// The submission repository as given on the command line.

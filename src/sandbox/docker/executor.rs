@@ -182,18 +182,7 @@ impl DockerExecutor {
     }
 
     async fn remove(&self, id: &str) {
-        let _ = self
-            .docker
-            .remove_container(
-                id,
-                Some(
-                    RemoveContainerOptionsBuilder::default()
-                        .force(true)
-                        .v(true)
-                        .build(),
-                ),
-            )
-            .await;
+        remove_container(&self.docker, id).await;
     }
 
     async fn start_and_wait(&self, id: &str, spec: &PhaseSpec) -> SandboxEnd {

@@ -253,17 +253,7 @@ async fn build_pip_layer(
         .context("cannot create the build container")?
         .id;
     let result = run_and_commit(docker, &id, &tag).await;
-    let _ = docker
-        .remove_container(
-            &id,
-            Some(
-                RemoveContainerOptionsBuilder::default()
-                    .force(true)
-                    .v(true)
-                    .build(),
-            ),
-        )
-        .await;
+    super::executor::remove_container(docker, &id).await;
     let image_id = result?;
     tracing::info!(%tag, seconds = t0.elapsed().as_secs(), "environment layer built");
     Ok((tag, image_id))
