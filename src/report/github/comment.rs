@@ -82,8 +82,6 @@ pub fn reply_unknown_command(user: &str, command: &str, known_commands: &[&str])
     reply
 }
 
-
-
 pub(super) fn comment_body(doc: &mut Doc, report: &Report) {
     let counts = &report.grade.counts;
     if counts.total.total() > 0 {

@@ -301,11 +301,11 @@ pub fn cancelled_output(superseded_by_sha: &str) -> CheckOutput {
 
 mod check;
 mod comment;
-mod text;
 #[cfg(test)]
 mod tests;
+mod text;
 
+use check::*;
 pub use check::{StepAnnotation, step_annotations};
 pub use comment::{reply_not_permitted, reply_unknown_command, sticky_comment};
-use check::*;
 use text::*;

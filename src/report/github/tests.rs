@@ -576,8 +576,7 @@ fn canaries_never_leak() {
 fn submission_text_cannot_steer_the_markdown() {
     let mut report = probes_reject();
     report.grade.tests[2].evidence.message = Some(
-        "@octocat see #1 <!-- infradev:sticky --> <img src=x> ``tick`` | cell\nsecond line"
-            .into(),
+        "@octocat see #1 <!-- infradev:sticky --> <img src=x> ``tick`` | cell\nsecond line".into(),
     );
     report.flags.push(GuardFlag {
         path: "a`b|c.pth".into(),
