@@ -33,24 +33,27 @@ pub async fn read_raw<R: AsyncReadExt + Unpin>(
     cap: usize,
 ) -> Result<Vec<u8>, FrameError> {
     let mut len = [0u8; 4];
-    match reader.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(FrameError::Io(e.to_string())),
+    if let Err(e) = reader.read_exact(&mut len).await {
+        return Err(read_error(e));
     }
     let len = u32::from_be_bytes(len) as usize;
     if len > cap {
         return Err(FrameError::TooLarge(len, cap));
     }
     let mut buf = vec![0u8; len];
-    reader
-        .read_exact(&mut buf)
-        .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
-            _ => FrameError::Io(e.to_string()),
-        })?;
+    reader.read_exact(&mut buf).await.map_err(read_error)?;
     Ok(buf)
+}
+
+/// A peer that went away is a closed connection, whether it closed cleanly (end of file) or
+/// with frames of ours still unread in its socket (`ECONNRESET`: a sandbox killed at its
+/// deadline while the broker's answer waited for it). Only other failures are socket errors.
+fn read_error(e: std::io::Error) -> FrameError {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionReset, UnexpectedEof};
+    match e.kind() {
+        UnexpectedEof | ConnectionReset | ConnectionAborted => FrameError::Closed,
+        _ => FrameError::Io(e.to_string()),
+    }
 }
 
 /// A frame's bytes as a JSON object.
@@ -110,6 +113,17 @@ mod tests {
         assert_eq!(read_frame(&mut b, 1024).await, Err(FrameError::NotJson));
         drop(a);
         assert_eq!(read_frame(&mut b, 1024).await, Err(FrameError::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_peer_gone_with_our_frame_unread_is_a_closed_connection() {
+        // The kernel resets a Unix stream whose peer closes with data still queued for it.
+        let (mut broker, sandbox) = tokio::net::UnixStream::pair().unwrap();
+        write_frame(&mut broker, &serde_json::json!({"id": 1, "ok": null}))
+            .await
+            .unwrap();
+        drop(sandbox);
+        assert_eq!(read_frame(&mut broker, 1024).await, Err(FrameError::Closed));
     }
 
     #[tokio::test]
