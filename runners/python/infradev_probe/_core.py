@@ -265,15 +265,7 @@ class Client:
                 if type(ns) is int:
                     self.last_subject_ns = ns
                     self.subject_ns += ns
-                if kind == _VALUE:
-                    self._hint = hint
-                    try:
-                        return self._decode(msg["ok"])
-                    finally:
-                        self._hint = None
-                if kind == _REF:
-                    return self._import_ref(msg["ok"])
-                return msg["ok"]
+                return self._reply_value(msg["ok"], kind, hint)
             if "err" in msg:
                 self.stack.pop()
                 raise self.remote_error(msg["err"], hint)
@@ -281,6 +273,18 @@ class Client:
                 self._serve_callback(n, msg["callback"])
                 continue
             raise ProtocolError("not a reply")
+
+    def _reply_value(self, value, kind, hint):
+        """A reply's ``ok`` value as the caller asked for it: decoded, a handle, or raw."""
+        if kind == _VALUE:
+            self._hint = hint
+            try:
+                return self._decode(value)
+            finally:
+                self._hint = None
+        if kind == _REF:
+            return self._import_ref(value)
+        return value
 
     def _on_fault(self, msg):
         """A fault ends every call in flight: the subject is gone, its handles with it."""

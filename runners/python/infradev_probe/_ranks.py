@@ -96,15 +96,7 @@ class RankClient(Client):
     def _result(self, msg, kind, hint):
         __tracebackhide__ = True
         if "ok" in msg:
-            if kind == _VALUE:
-                self._hint = hint
-                try:
-                    return self._decode(msg["ok"])
-                finally:
-                    self._hint = None
-            if kind == _REF:
-                return self._import_ref(msg["ok"])
-            return msg["ok"]
+            return self._reply_value(msg["ok"], kind, hint)
         if "err" in msg:
             raise self.remote_error(msg["err"], hint)
         raise ProtocolError("not a reply")
