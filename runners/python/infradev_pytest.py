@@ -37,7 +37,6 @@ import functools
 import inspect
 import json
 import os
-import signal
 import socket
 import struct
 import sys
@@ -47,6 +46,8 @@ import tracemalloc
 import warnings
 
 import pytest
+
+from infradev_guard import Alarm, TimeoutEscalation, guard_phase, unwrap
 
 __all__ = [
     "BudgetExceeded",
@@ -100,16 +101,6 @@ class TestTimeout(BudgetExceeded):
     kind = None
 
 
-class _TimeoutEscalation(BaseException):
-    """Raised by the alarm when code under test swallowed the first timeout exception: not an
-    ``Exception``, so ``except Exception`` no longer stops it. Reported as the first one."""
-
-
-class _AbortedByTest(Exception):
-    """Carries a KeyboardInterrupt or pytest.exit() raised by test code, so that pytest records
-    it as this test's failure instead of ending the session. Reported as its ``__cause__``."""
-
-
 # --------------------------------------------------------------------------------------------
 # Small helpers
 
@@ -145,29 +136,8 @@ def _exc_message(exc):
             return "<unprintable %s>" % type(exc).__name__
 
 
-def _unwrap(exc):
-    """The exception that really happened, behind pytest's and our own wrappers."""
-    for _ in range(8):
-        name = type(exc).__name__
-        cause = exc.__cause__
-        if isinstance(exc, _AbortedByTest) and cause is not None:
-            exc = cause
-        elif name == "CollectError" and isinstance(cause, (ImportError, SyntaxError)):
-            # pytest wraps import-time ImportError / SyntaxError of a test module.
-            exc = cause
-        elif name == "ConftestImportFailure":
-            info = getattr(exc, "excinfo", None)
-            inner = info[1] if info and len(info) > 1 else cause
-            if inner is None:
-                break
-            exc = inner
-        else:
-            break
-    return exc
-
-
 def _describe(exc):
-    exc = _unwrap(exc)
+    exc = unwrap(exc)
     return {
         "exc_type": _qualname(type(exc)),
         "message": _clean_text(_exc_message(exc)),
@@ -289,53 +259,6 @@ class _Spec:
 
 # --------------------------------------------------------------------------------------------
 # Timeouts (SIGALRM)
-
-
-class _Alarm:
-    """One ITIMER_REAL at a time; the handler raises the armed exception."""
-
-    def __init__(self):
-        self.usable = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
-        self.armed = False
-        self.fired = None  # the exception raised when the timer went off
-        self.make_exc = None
-        self.previous = None
-
-    def _handler(self, signum, frame):
-        __tracebackhide__ = True
-        if not self.armed:
-            return
-        if self.fired is not None:  # the first one was swallowed
-            raise _TimeoutEscalation()
-        exc = self.make_exc()
-        self.fired = exc
-        raise exc
-
-    def arm(self, seconds, make_exc):
-        """Arm for ``seconds`` (None: only disarm). Returns whether a timer is now armed."""
-        self.disarm()
-        self.fired = None
-        if not seconds or not self.usable:
-            return False
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        self.make_exc = make_exc
-        self.previous = signal.signal(signal.SIGALRM, self._handler)
-        self.armed = True
-        # Re-fire every second until disarmed, in case the code under test swallows it.
-        signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
-        return True
-
-    def disarm(self):
-        if not self.armed:
-            return
-        self.armed = False
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        try:
-            signal.signal(signal.SIGALRM, self.previous if self.previous is not None else signal.SIG_DFL)
-        except (TypeError, ValueError):
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        self.previous = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -512,7 +435,7 @@ class _State:
         self.config = config
         self.spec = spec
         self.events = events
-        self.alarm = _Alarm()
+        self.alarm = Alarm()
         self.records = {}
         self.described = {}  # (nodeid, when) -> description, from pytest_runtest_makereport
         self.collect_described = {}  # collector nodeid -> description
@@ -635,29 +558,12 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 def _guard_phase(item, when):
-    """Body of the setup/call/teardown hookwrappers: the per-phase timeout, and KeyboardInterrupt
-    or pytest.exit() from test code turned into a failure of this test."""
+    """Body of the setup/call/teardown hookwrappers (infradev_guard.guard_phase)."""
     state = _state
     timeout = state.spec.test_timeout_s if state is not None else None
     alarm = state.alarm if state is not None else None
-    if alarm is not None:
-        alarm.arm(timeout, lambda: TestTimeout(
-            "test %s exceeded the %s s timeout" % (when, _num(timeout)), measured=timeout, limit=timeout))
-    outcome = yield
-    fired = None
-    if alarm is not None:
-        fired = alarm.fired
-        alarm.disarm()
-        alarm.fired = None
-    exc = outcome.excinfo[1] if outcome.excinfo else None
-    if exc is None or isinstance(exc, _TimeoutEscalation):
-        if fired is not None:  # the test swallowed the timeout; fail it anyway
-            raise fired
-        return
-    if isinstance(exc, (KeyboardInterrupt, pytest.exit.Exception)):
-        # Raising from the outermost wrapper's teardown replaces the exception (pluggy 1.0 has
-        # no force_exception); pytest then records a failure instead of ending the session.
-        raise _AbortedByTest("%s raised in test %s" % (type(exc).__name__, when)) from exc
+    return guard_phase(alarm, timeout, lambda: TestTimeout(
+        "test %s exceeded the %s s timeout" % (when, _num(timeout)), measured=timeout, limit=timeout), when)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -731,7 +637,7 @@ def pytest_pyfunc_call(pyfuncitem):
             memory.start()
         started[0] = time.perf_counter()
         result = testfunction(**testargs)
-    except _TimeoutEscalation:
+    except TimeoutEscalation:
         escalated = True
     finally:
         wall = elapsed()

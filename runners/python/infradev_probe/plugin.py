@@ -27,10 +27,9 @@ Environment:
 import builtins
 import json
 import os
-import signal
-import threading
 
 import pytest
+from infradev_guard import Alarm, TimeoutEscalation, guard_phase, unwrap
 
 from . import _core
 from ._errors import (
@@ -62,39 +61,10 @@ class TestTimeout(AssertionError):
     _infradev_abandon = True  # raised inside a judge callback, it ends the call
 
 
-class _TimeoutEscalation(BaseException):
-    """Raised by the alarm when code under test swallowed the first timeout exception."""
-
-
-class _AbortedByTest(Exception):
-    """Carries a KeyboardInterrupt or pytest.exit() raised by test code, so that pytest records
-    it as this test's failure instead of ending the session."""
-
-
-def _unwrap(exc):
-    """The exception that really happened, behind pytest's and our own wrappers."""
-    for _ in range(8):
-        name = type(exc).__name__
-        cause = exc.__cause__
-        if isinstance(exc, _AbortedByTest) and cause is not None:
-            exc = cause
-        elif name == "CollectError" and isinstance(cause, (ImportError, SyntaxError)):
-            exc = cause
-        elif name == "ConftestImportFailure":
-            info = getattr(exc, "excinfo", None)
-            inner = info[1] if info and len(info) > 1 else cause
-            if inner is None:
-                break
-            exc = inner
-        else:
-            break
-    return exc
-
-
 def exc_type_of(exc):
     """The allow-listed name reported for an exception."""
-    exc = _unwrap(exc)
-    if isinstance(exc, (TestTimeout, _TimeoutEscalation)):
+    exc = unwrap(exc)
+    if isinstance(exc, (TestTimeout, TimeoutEscalation)):
         return "infradev.TestTimeout"
     if isinstance(exc, SubjectTimeout):
         return "infradev.SubjectTimeout"
@@ -161,63 +131,22 @@ def _settings():
 # Timeouts (SIGALRM)
 
 
-class _Alarm:
-    """One ITIMER_REAL at a time; the handler raises the armed exception, or defers it to the
-    end of the frame exchange in progress."""
+class _Alarm(Alarm):
+    """The shared alarm, deferred while a request to the subject is on the wire: it fires at
+    the end of that frame exchange, so a frame is never cut in half."""
 
-    def __init__(self):
-        self.usable = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
-        self.armed = False
-        self.fired = None
-        self.make_exc = None
-        self.previous = None
-
-    def _handler(self, signum, frame):
-        if not self.armed:
-            return
+    def defer(self):
         c = _core.current_client()
         if c is not None and c.busy:
-            c.on_deferred = self._fire
+            c.on_deferred = self.fire
             c.deferred = True
-            return
-        self._fire()
+            return True
+        return False
 
-    def _fire(self):
-        __tracebackhide__ = True
-        if not self.armed:
-            return
-        if self.fired is not None:  # the first one was swallowed
-            raise _TimeoutEscalation()
-        exc = self.make_exc()
-        self.fired = exc
-        raise exc
-
-    def arm(self, seconds, make_exc):
-        self.disarm()
-        self.fired = None
-        if not seconds or not self.usable:
-            return False
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        self.make_exc = make_exc
-        self.previous = signal.signal(signal.SIGALRM, self._handler)
-        self.armed = True
-        signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
-        return True
-
-    def disarm(self):
-        if not self.armed:
-            return
-        self.armed = False
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    def on_disarm(self):
         c = _core.current_client()
         if c is not None:
             c.deferred = False
-        try:
-            signal.signal(signal.SIGALRM, self.previous if self.previous is not None else signal.SIG_DFL)
-        except (TypeError, ValueError):
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        self.previous = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,24 +286,12 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 def _guard_phase(item, when):
+    """Body of the setup/call/teardown hookwrappers (infradev_guard.guard_phase)."""
     state = _state
     timeout = state.timeout if state is not None else None
     alarm = state.alarm if state is not None else None
-    if alarm is not None:
-        alarm.arm(timeout, lambda: TestTimeout("test %s exceeded the timeout" % when))
-    outcome = yield
-    fired = None
-    if alarm is not None:
-        fired = alarm.fired
-        alarm.disarm()
-        alarm.fired = None
-    exc = outcome.excinfo[1] if outcome.excinfo else None
-    if exc is None or isinstance(exc, _TimeoutEscalation):
-        if fired is not None:
-            raise fired
-        return
-    if isinstance(exc, (KeyboardInterrupt, pytest.exit.Exception)):
-        raise _AbortedByTest("%s raised in test %s" % (type(exc).__name__, when)) from exc
+    return guard_phase(
+        alarm, timeout, lambda: TestTimeout("test %s exceeded the timeout" % when), when)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
