@@ -212,6 +212,10 @@ pub enum TasksCommand {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Scaffold a task from a merged pull request of a local clone: task.toml with the
+    /// changed test files, FAIL_TO_PASS / PASS_TO_PASS proposed from runs on the base and
+    /// the reference, prompt.md and probe skeletons, and what is left to write.
+    New(crate::commands::tasks_new::NewArgs),
     /// Check that prompt.md names every upstream symbol the task's probes use.
     Lint {
         #[command(flatten)]
@@ -290,9 +294,18 @@ pub struct CliError {
 }
 
 impl CliError {
-    fn task(error: impl Into<anyhow::Error>) -> Self {
+    /// A wrong argument or a task that cannot be used as written (exit 2).
+    pub fn task(error: impl Into<anyhow::Error>) -> Self {
         CliError {
             code: exit::USAGE_OR_TASK,
+            error: error.into(),
+        }
+    }
+
+    /// Our side failed: Docker, the file system, a download (exit 3).
+    pub fn infra(error: impl Into<anyhow::Error>) -> Self {
+        CliError {
+            code: exit::INFRA,
             error: error.into(),
         }
     }
@@ -719,6 +732,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 )))
             }
         }
+        TasksCommand::New(args) => crate::commands::tasks_new::new_command(root, args).await,
         TasksCommand::Lint { select, python } => {
             let mut bad = 0;
             let tasks = select.resolve(root)?;
@@ -779,5 +793,17 @@ impl TaskSelection {
             .iter()
             .map(|id| Registry::resolve(root, id, None).map_err(CliError::task))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks over every command (unique argument names, valid
+    /// defaults), which otherwise fire only when that command is first parsed.
+    #[test]
+    fn every_command_is_well_formed() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -2,6 +2,7 @@
 //! Every grade, from the CLI or (later) the server and the Actions step, goes through
 //! [`grade_submission`]; there is no second pipeline.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +12,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::canary::Canaries;
-use crate::grading::{Expectation, Phase, PhaseEvidence, TestEvidence, grade};
+use crate::grading::{Expectation, Outcome, Phase, PhaseEvidence, TestEvidence, grade};
 use crate::guard::{self, GuardFlag};
 use crate::redact::Redactor;
 use crate::report::{PhaseReport, Report, SCHEMA_VERSION, SubmissionRef, TaskRef};
@@ -200,6 +201,54 @@ pub async fn grade_submission(
         tracing::info!(workdir = %kept.display(), "kept the work dir");
     }
     Ok(report)
+}
+
+/// What the official phase ran in a task's test files, judged by nothing.
+#[derive(Debug, Clone, Default)]
+pub struct TestFileRun {
+    /// Every test that reported, by node id.
+    pub outcomes: BTreeMap<String, Outcome>,
+    /// Test files that could not be collected (imported).
+    pub collect_errors: Vec<String>,
+}
+
+/// Runs every test of the task's test files (restored from the reference, as in every
+/// grade) at `req.head` and returns each outcome, without expecting or judging any: what
+/// `infradev tasks new` proposes FAIL_TO_PASS and PASS_TO_PASS from. For upstream commits
+/// only; a grade of a submission goes through [`grade_submission`].
+pub async fn run_test_files(req: &GradeRequest) -> Result<TestFileRun, GradeError> {
+    let task = &req.task;
+    let ws = Workspace::materialize(&req.repo, &req.head).map_err(GradeError::Usage)?;
+    let prepared = prepare_tree(&ws, task)?;
+    if let Some(e) = prepared.apply_error {
+        return Err(GradeError::Usage(anyhow::anyhow!(e)));
+    }
+    let executor = prepare_executor(&req.executor, task, &req.lib)
+        .await
+        .map_err(|e| GradeError::Infra(anyhow::anyhow!(e)))?;
+    let redactor = Redactor::from_sources(&[]);
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let ctx = PhaseContext {
+        executor: &executor,
+        req,
+        ws: &ws,
+        run_id: &run_id,
+        redactor: &redactor,
+    };
+    let (run, canaries) = run_sandbox(&ctx, Phase::Tests, task.tests.files.clone(), &|_| {})
+        .await
+        .map_err(GradeError::Infra)?;
+    if let Some(e) = run.end.infra_error {
+        return Err(GradeError::Infra(anyhow::anyhow!(e)));
+    }
+    let (mut outcomes, collect_errors) = run.results.outcomes();
+    if let Some(c) = canaries {
+        outcomes.retain(|id, _| !id.starts_with(&c.file));
+    }
+    Ok(TestFileRun {
+        outcomes,
+        collect_errors,
+    })
 }
 
 /// Builds (or finds) what a task's grades run in, once, before many grades of it start at
@@ -413,6 +462,39 @@ async fn run_phase(
     expected: &[(Expectation, Expected)],
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<(PhaseReport, Vec<(Expectation, TestEvidence)>)> {
+    // Files, not node ids: a node id in a file that fails to import makes pytest stop before
+    // running anything ("not found"), which would hide every other file's results.
+    let mut targets: Vec<String> = Vec::new();
+    for (_, e) in expected {
+        let file = e.id.split("::").next().unwrap_or(&e.id).to_owned();
+        if !targets.contains(&file) {
+            targets.push(file);
+        }
+    }
+    let (run, canaries) = run_sandbox(ctx, phase, targets, on_progress).await?;
+    let (mut phase_evidence, tests) = judge(phase, expected, &run.results, &run.end);
+    if let Some(c) = &canaries
+        && phase_evidence.infra_error.is_none()
+    {
+        phase_evidence.tampered = c.check(&run.results, &run.end);
+    }
+    Ok((
+        PhaseReport {
+            evidence: phase_evidence,
+            duration_s: run.duration.as_secs_f64(),
+        },
+        tests,
+    ))
+}
+
+/// Runs one phase's sandbox over `targets` (test files; the probe files for the judge) and
+/// returns how it ended with everything it reported, and the official phase's canaries.
+async fn run_sandbox(
+    ctx: &PhaseContext<'_>,
+    phase: Phase,
+    mut targets: Vec<String>,
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> anyhow::Result<(PhaseRun, Option<Canaries>)> {
     let PhaseContext {
         executor,
         req,
@@ -449,15 +531,6 @@ async fn run_phase(
         .with_context(|| format!("cannot write {}", spec_file.display()))?;
     set_mode(&spec_file, 0o644)?;
 
-    // Files, not node ids: a node id in a file that fails to import makes pytest stop before
-    // running anything ("not found"), which would hide every other file's results.
-    let mut targets: Vec<String> = Vec::new();
-    for (_, e) in expected {
-        let file = e.id.split("::").next().unwrap_or(&e.id).to_owned();
-        if !targets.contains(&file) {
-            targets.push(file);
-        }
-    }
     // The official phase gets this run's canaries, first, so they report before anything
     // the submission does can end the phase.
     let canaries = match phase {
@@ -539,19 +612,7 @@ async fn run_phase(
         duration: wall * 2 + PHASE_GRACE,
     });
     tracing::debug!(phase = ?phase, output = %redactor.redact(&run.output), "sandbox output");
-    let (mut phase_evidence, tests) = judge(phase, expected, &run.results, &run.end);
-    if let Some(c) = &canaries
-        && phase_evidence.infra_error.is_none()
-    {
-        phase_evidence.tampered = c.check(&run.results, &run.end);
-    }
-    Ok((
-        PhaseReport {
-            evidence: phase_evidence,
-            duration_s: run.duration.as_secs_f64(),
-        },
-        tests,
-    ))
+    Ok((run, canaries))
 }
 
 /// Evidence for each expected test of a phase, each with why it is expected.

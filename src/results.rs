@@ -4,7 +4,7 @@
 //! The results are never trusted alone: they are cross-checked with the sandbox's exit
 //! status, and a test that is expected but unreported is `NotRun`, never passed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
@@ -300,6 +300,20 @@ impl PhaseResults {
             .iter()
             .find(|(id, _)| id.ends_with(suffix))
             .map(|(_, r)| r.outcome)
+    }
+
+    /// Every test with a result, by node id, and the files that could not be collected
+    /// (`infradev tasks new` proposes the official test lists from these).
+    pub fn outcomes(&self) -> (BTreeMap<String, Outcome>, Vec<String>) {
+        let outcomes = self
+            .results
+            .iter()
+            .map(|(id, r)| (id.clone(), r.outcome))
+            .collect();
+        let mut broken: Vec<String> = self.collect_errors.iter().map(|c| c.path.clone()).collect();
+        broken.sort();
+        broken.dedup();
+        (outcomes, broken)
     }
 
     /// How many tests have a result so far (for live progress).

@@ -4,3 +4,4 @@
 pub mod doctor;
 pub mod run;
 pub mod stats;
+pub mod tasks_new;

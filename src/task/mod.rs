@@ -5,6 +5,7 @@ mod manifest;
 mod power;
 mod probes;
 mod registry;
+pub mod scaffold;
 
 pub use error::ManifestError;
 pub use manifest::{
