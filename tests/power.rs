@@ -237,4 +237,28 @@ fn tasks_check_fails_on_stale_or_weak_power_records_and_lists_unmeasured_tasks()
         out.contains("power.toml:1:13: field `threshold`: must be in (0, 1]"),
         "{out}"
     );
+    // Leaving a file of the change out needs a reason, and makes a record computed with the
+    // whole change stale.
+    std::fs::write(
+        task.join("power.toml"),
+        "threshold = 0.5\n[[out_of_scope]]\npath = \"minicache/extra.py\"\nreason = \"\"\n",
+    )
+    .unwrap();
+    let (code, out) = run(dir.path(), &["tasks", "check"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("field `out_of_scope.reason`: `minicache/extra.py`: say why"),
+        "{out}"
+    );
+    std::fs::write(
+        task.join("power.toml"),
+        "threshold = 0.5\n[[out_of_scope]]\npath = \"minicache/extra.py\"\nreason = \"not asked for\"\n",
+    )
+    .unwrap();
+    let (code, out) = run(dir.path(), &["tasks", "check"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("power.toml leaves out minicache/extra.py now"),
+        "{out}"
+    );
 }

@@ -338,6 +338,9 @@ pub struct PowerRecord {
     pub threshold: f64,
     /// At most this many candidates of each operator were graded.
     pub cap_per_operator: usize,
+    /// Files of the upstream change left out (power.toml `out_of_scope`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub out_of_scope: Vec<String>,
     pub seeds: Vec<u32>,
     /// Killed / (killed + survived); `null` when no mutant passed the official tests.
     pub kill_rate: Option<f64>,
@@ -480,11 +483,25 @@ pub enum Assessment {
 }
 
 /// Judges a task's recorded power against its probes as they are now. Pure.
-pub fn assess(record: Option<&PowerRecord>, current_digest: &str, threshold: f64) -> Assessment {
+/// `out_of_scope` is power.toml's list of files left out, sorted.
+pub fn assess(
+    record: Option<&PowerRecord>,
+    current_digest: &str,
+    threshold: f64,
+    out_of_scope: &[String],
+) -> Assessment {
     let Some(r) = record else {
         return Assessment::NotMeasured;
     };
     let mut problems = Vec::new();
+    if r.out_of_scope != out_of_scope {
+        problems.push(format!(
+            "power.toml leaves out {} now, the power record was computed leaving out {}: run \
+             `infradev tasks power` again",
+            list_or_nothing(out_of_scope),
+            list_or_nothing(&r.out_of_scope)
+        ));
+    }
     if r.probes_digest != current_digest {
         problems.push(format!(
             "the power record is older than the probes (recorded against {}, the probes are \
@@ -515,6 +532,14 @@ pub fn assess(record: Option<&PowerRecord>, current_digest: &str, threshold: f64
         }
     } else {
         Assessment::Fails(problems)
+    }
+}
+
+fn list_or_nothing(paths: &[String]) -> String {
+    if paths.is_empty() {
+        "nothing".to_owned()
+    } else {
+        paths.join(", ")
     }
 }
 

@@ -81,6 +81,7 @@ pub fn generate(
     repo: &Path,
     base: &str,
     reference: &str,
+    out_of_scope: &[String],
     opts: &PowerOptions,
 ) -> anyhow::Result<Vec<Candidate>> {
     let diff = git(
@@ -101,12 +102,16 @@ pub fn generate(
         if task.tests.files.contains(&path) {
             continue; // The official tests are restored from the reference in every grade.
         }
+        if out_of_scope.contains(&path) {
+            continue; // Part of the upstream change the task does not ask for (power.toml).
+        }
         let source = git(repo, &["show", &format!("{reference}:{path}")])?;
         files.push(serde_json::json!({ "path": path, "source": source + "\n", "changed": ranges }));
     }
     if files.is_empty() {
         bail!(
-            "task `{}`: the reference change touches no Python file outside the official tests",
+            "task `{}`: the reference change touches no Python file outside the official tests \
+             and power.toml's out_of_scope",
             task.id
         );
     }
@@ -404,7 +409,15 @@ pub async fn power_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<Powe
     graded_task.base_commit = source.base.clone();
     graded_task.reference_commit = source.reference.clone();
 
-    let candidates = generate(task, &source.repo, &source.base, &source.reference, opts)?;
+    let out_of_scope = config.out_of_scope_paths();
+    let candidates = generate(
+        task,
+        &source.repo,
+        &source.base,
+        &source.reference,
+        &out_of_scope,
+        opts,
+    )?;
     let selected = select(&candidates, opts.cap_per_operator);
     let operators = operator_counts(&candidates, &selected);
     let (n_mutants, n_variants) = (
@@ -522,6 +535,7 @@ pub async fn power_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<Powe
         reference_commit: source.reference.clone(),
         threshold: config.threshold,
         cap_per_operator: opts.cap_per_operator,
+        out_of_scope,
         seeds: SEEDS.to_vec(),
         kill_rate: kill_rate(&statuses),
         counts: Counts::of(&mutants, &variants),
@@ -602,5 +616,10 @@ pub fn assess_task(task: &Task) -> Result<super::Assessment, crate::task::Manife
         crate::task::ManifestError::whole_file(&task.probes.dir, format!("cannot read: {e}"))
     })?);
     let record = read_validation(&task.dir.join(VALIDATION_FILE)).and_then(|v| v.power);
-    Ok(super::assess(record.as_ref(), &digest, config.threshold))
+    Ok(super::assess(
+        record.as_ref(),
+        &digest,
+        config.threshold,
+        &config.out_of_scope_paths(),
+    ))
 }

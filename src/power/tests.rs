@@ -296,6 +296,7 @@ fn record(digest: &str, rate: Option<f64>, survived: usize, rejected: usize) -> 
         reference_commit: "abc".into(),
         threshold: 0.9,
         cap_per_operator: 6,
+        out_of_scope: Vec::new(),
         seeds: SEEDS.to_vec(),
         kill_rate: rate,
         counts: Counts {
@@ -341,7 +342,7 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         ),
     ];
     for (r, want) in table {
-        match assess(r.as_ref(), now, 0.9) {
+        match assess(r.as_ref(), now, 0.9, &[]) {
             Assessment::Holds { .. } => assert!(want.is_empty(), "holds, expected {want:?}"),
             Assessment::Fails(found) => {
                 assert_eq!(found.len(), want.len(), "{found:?}");
@@ -352,10 +353,29 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
             Assessment::NotMeasured => panic!("a record was given"),
         }
     }
-    assert_eq!(assess(None, now, 0.9), Assessment::NotMeasured);
+    assert_eq!(assess(None, now, 0.9, &[]), Assessment::NotMeasured);
     // A task's own threshold applies.
     assert!(matches!(
-        assess(Some(&record(now, Some(0.8), 1, 0)), now, 0.75),
+        assess(Some(&record(now, Some(0.8), 1, 0)), now, 0.75, &[]),
+        Assessment::Holds { .. }
+    ));
+    // A record made with another scope than power.toml's now is stale.
+    let scoped = vec!["pkg/agent_loop.py".to_owned()];
+    match assess(Some(&record(now, Some(1.0), 0, 0)), now, 0.9, &scoped) {
+        Assessment::Fails(found) => {
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(
+                found[0].contains("leaves out pkg/agent_loop.py now")
+                    && found[0].contains("leaving out nothing"),
+                "{found:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut same = record(now, Some(1.0), 0, 0);
+    same.out_of_scope = scoped.clone();
+    assert!(matches!(
+        assess(Some(&same), now, 0.9, &scoped),
         Assessment::Holds { .. }
     ));
 }

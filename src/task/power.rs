@@ -16,6 +16,27 @@ pub struct PowerConfig {
     /// Killed / (killed + survived) must be at least this.
     pub threshold: f64,
     pub equivalent: Vec<Equivalent>,
+    /// Files of the upstream change the task does not ask for: no mutant is made in them.
+    pub out_of_scope: Vec<OutOfScope>,
+}
+
+/// A file of the upstream change outside the task (the prompt does not ask for it).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutOfScope {
+    /// Its path in the repository.
+    pub path: String,
+    /// Why the task does not cover it.
+    pub reason: String,
+}
+
+impl PowerConfig {
+    /// The paths of `out_of_scope`, sorted (as the power record keeps them).
+    pub fn out_of_scope_paths(&self) -> Vec<String> {
+        let mut paths: Vec<String> = self.out_of_scope.iter().map(|o| o.path.clone()).collect();
+        paths.sort();
+        paths
+    }
 }
 
 /// A mutant reviewed as equivalent to the reference.
@@ -35,6 +56,8 @@ struct RawPower {
     threshold: Option<Spanned<f64>>,
     #[serde(default)]
     equivalent: Vec<Spanned<Equivalent>>,
+    #[serde(default)]
+    out_of_scope: Vec<Spanned<OutOfScope>>,
 }
 
 /// The task's power.toml, or the defaults when it has none.
@@ -43,6 +66,7 @@ pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
     let default = PowerConfig {
         threshold: crate::power::DEFAULT_THRESHOLD,
         equivalent: Vec::new(),
+        out_of_scope: Vec::new(),
     };
     let text = match std::fs::read_to_string(&file) {
         Ok(text) => text,
@@ -83,6 +107,29 @@ pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
             ));
         }
         config.equivalent.push(e);
+    }
+    for o in raw.out_of_scope {
+        let span = o.span();
+        let o = o.into_inner();
+        if o.reason.trim().is_empty() {
+            return Err(ManifestError::at(
+                &file,
+                &text,
+                span,
+                Some("out_of_scope.reason"),
+                format!("`{}`: say why the task does not cover it", o.path),
+            ));
+        }
+        if config.out_of_scope.iter().any(|x| x.path == o.path) {
+            return Err(ManifestError::at(
+                &file,
+                &text,
+                span,
+                Some("out_of_scope.path"),
+                format!("`{}` is listed twice", o.path),
+            ));
+        }
+        config.out_of_scope.push(o);
     }
     Ok(config)
 }
