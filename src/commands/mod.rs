@@ -1,8 +1,9 @@
 //! Commands whose flow lives outside `cli.rs`: argument structs and their I/O, calling the
-//! pipeline (`run`) and the pure aggregation (`stats`); `source` is where the grades behind
-//! statistics come from.
+//! pipeline (`run`), the pure aggregation (`stats`) and the skill renderer (`skill`); `source`
+//! is where their grades come from.
 
 pub mod doctor;
 pub mod run;
+pub mod skill;
 pub mod source;
 pub mod stats;
