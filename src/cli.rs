@@ -61,6 +61,9 @@ pub enum Command {
     Run(crate::commands::run::RunArgs),
     /// Resolved rates, probe rejections and failure categories over a folder of reports.
     Stats(crate::commands::stats::StatsArgs),
+    /// Agent skills built from the failure statistics (docs/skill.md).
+    #[command(subcommand)]
+    Skill(crate::commands::skill::SkillCommand),
     /// Check what grading needs, one line per check.
     Doctor(crate::commands::doctor::DoctorArgs),
 }
@@ -259,7 +262,8 @@ pub async fn run(mut cli: Cli) -> u8 {
         Command::Action(args) => Ok(crate::action::run(&cli.root, args).await),
         Command::Job(JobCommand::Run(args)) => Ok(crate::job_run::run(&cli.root, args).await),
         Command::Run(args) => crate::commands::run::run_command(&cli.root, args).await,
-        Command::Stats(args) => crate::commands::stats::stats_command(args),
+        Command::Stats(args) => crate::commands::stats::stats_command(args).await,
+        Command::Skill(cmd) => crate::commands::skill::skill_command(&cli.root, cmd).await,
         Command::Doctor(args) => Ok(crate::commands::doctor::doctor_command(&cli.root, args).await),
         Command::App(AppCommand::Manifest {
             name,

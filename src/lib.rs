@@ -26,6 +26,7 @@ pub mod results;
 pub mod run;
 pub mod sandbox;
 pub mod server;
+pub mod skill;
 pub mod stats;
 pub mod store;
 pub mod task;

@@ -31,7 +31,7 @@ pub const LINE_MARKER: &str = "[redacted: matches hidden probe source]";
 pub const MASK: &str = "[redacted]";
 
 /// Markers of planted secrets; any token containing one is masked.
-const CANARIES: &[&str] = &["PROBE-SECRET-", "INFRADEV-PROBE-CANARY"];
+pub const CANARIES: &[&str] = &["PROBE-SECRET-", "INFRADEV-PROBE-CANARY"];
 
 /// Probe lines so common in any Python file that matching them would hide innocent text.
 const GENERIC_LINES: &[&str] = &[

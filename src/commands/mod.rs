@@ -1,7 +1,10 @@
 //! Commands whose flow lives outside `cli.rs`: argument structs and their I/O, calling the
-//! pipeline (`run`) and the pure aggregation (`stats`).
+//! pipeline (`run`), the pure aggregation (`stats`) and the skill renderer (`skill`); `source`
+//! is where their grades come from.
 
 pub mod doctor;
 pub mod run;
+pub mod skill;
+pub mod source;
 pub mod stats;
 pub mod tasks_new;

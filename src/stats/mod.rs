@@ -18,8 +18,10 @@ use serde::{Deserialize, Serialize};
 use crate::grading::{Category, Verdict};
 use crate::report::Report;
 
+mod inputs;
 mod render;
 
+pub use inputs::{InputFile, Inputs};
 pub use render::{Table, render_csv, render_markdown, render_text};
 
 /// Who made a submission: free-form labels given by whoever ran the benchmark.
