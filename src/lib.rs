@@ -30,5 +30,6 @@ pub mod stats;
 pub mod store;
 pub mod task;
 pub mod validate;
+pub mod web;
 pub mod webhook;
 pub mod workspace;
