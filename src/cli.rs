@@ -255,7 +255,7 @@ pub async fn run(mut cli: Cli) -> u8 {
         Command::Action(args) => Ok(crate::action::run(&cli.root, args).await),
         Command::Job(JobCommand::Run(args)) => Ok(crate::job_run::run(&cli.root, args).await),
         Command::Run(args) => crate::commands::run::run_command(&cli.root, args).await,
-        Command::Stats(args) => crate::commands::stats::stats_command(args),
+        Command::Stats(args) => crate::commands::stats::stats_command(args).await,
         Command::Doctor(args) => Ok(crate::commands::doctor::doctor_command(&cli.root, args).await),
         Command::App(AppCommand::Manifest {
             name,

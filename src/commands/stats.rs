@@ -1,6 +1,11 @@
-//! `infradev stats`: the run report's tables over a folder of JSON reports.
+//! `infradev stats`: the run report's tables over a folder of JSON reports, or over the grades
+//! the App stored (`--store <url>`, or `--config` for the store `infradev serve` uses).
 //!
-//! It reads, recursively, every `*.json` below the folder: run records
+//! From the store, every finished job counts once: its report's sample labelled with the PR's
+//! author (the agent account), or an infra error when it could not be graded; the repository
+//! is the one the PR was opened against (`app::grades::sample_of`).
+//!
+//! From a folder, it reads, recursively, every `*.json` below the folder: run records
 //! (`runs/<id>/submissions/*.json`, labelled by their submissions file) and plain grade
 //! reports (`infradev grade --json`, labelled with `--agent`). Run reports (`report.json`) are
 //! summaries of records already counted and are left out; any other file is named on standard
@@ -39,8 +44,14 @@ pub enum TableArg {
 pub struct StatsArgs {
     /// A folder of JSON reports: run folders (`runs/` or `runs/<id>`), or `infradev grade
     /// --json` outputs.
+    #[arg(long, required_unless_present_any = ["store", "config"], conflicts_with_all = ["store", "config"])]
+    pub reports: Option<PathBuf>,
+    /// The App's store: `sqlite://PATH` or `postgres://…`.
+    #[arg(long, conflicts_with = "config")]
+    pub store: Option<String>,
+    /// The App's configuration (`infradev serve --config`): its store.
     #[arg(long)]
-    pub reports: PathBuf,
+    pub config: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// The table written as CSV.
@@ -51,35 +62,26 @@ pub struct StatsArgs {
     pub agent: String,
 }
 
-pub fn stats_command(args: StatsArgs) -> Result<u8, CliError> {
-    let usage = |msg: String| CliError {
+fn usage(msg: String) -> CliError {
+    CliError {
         code: exit::USAGE_OR_TASK,
         error: anyhow::anyhow!(msg),
-    };
-    if !args.reports.is_dir() {
-        return Err(usage(format!("{} is not a folder", args.reports.display())));
     }
-    let mut files = Vec::new();
-    walk(&args.reports, &mut files)
-        .map_err(|e| usage(format!("cannot read {}: {e}", args.reports.display())))?;
-    files.sort();
-    let mut samples = Vec::new();
-    for file in &files {
-        match read_sample(file, &args.agent) {
-            Some(Some(s)) => samples.push(s),
-            Some(None) => {}
-            None => eprintln!(
-                "skipped {}: not a grade report or run record",
-                file.display()
-            ),
+}
+
+pub async fn stats_command(args: StatsArgs) -> Result<u8, CliError> {
+    let samples = match (&args.reports, &args.store, &args.config) {
+        (Some(folder), _, _) => folder_samples(folder, &args.agent)?,
+        (None, Some(url), _) => store_samples(url).await?,
+        (None, None, Some(config)) => {
+            let config = crate::config::ServerConfig::load(config).map_err(|error| CliError {
+                code: exit::USAGE_OR_TASK,
+                error,
+            })?;
+            store_samples(&config.store.url).await?
         }
-    }
-    if samples.is_empty() {
-        return Err(usage(format!(
-            "no grade reports or run records below {}",
-            args.reports.display()
-        )));
-    }
+        (None, None, None) => return Err(usage("give --reports, --store or --config".into())),
+    };
     let stats = aggregate(&samples);
     let text = match args.format {
         Format::Text => render_text(&stats),
@@ -97,6 +99,54 @@ pub fn stats_command(args: StatsArgs) -> Result<u8, CliError> {
     };
     let _ = std::io::stdout().write_all(text.as_bytes());
     Ok(exit::RESOLVED)
+}
+
+/// Every finished grade in the App's store. A store that cannot be opened is ours (exit 3);
+/// one without grades is a usage error.
+async fn store_samples(url: &str) -> Result<Vec<Sample>, CliError> {
+    let store = crate::store::Store::open(url).await.map_err(|e| CliError {
+        code: exit::INFRA,
+        error: anyhow::anyhow!("cannot open the store {url}: {e}"),
+    })?;
+    let samples = crate::app::grades::samples(&store)
+        .await
+        .map_err(|error| CliError {
+            code: exit::INFRA,
+            error,
+        })?;
+    store.close().await;
+    if samples.is_empty() {
+        return Err(usage(format!("no finished grades in the store {url}")));
+    }
+    Ok(samples.into_iter().map(|(_, s)| s).collect())
+}
+
+fn folder_samples(folder: &Path, agent: &str) -> Result<Vec<Sample>, CliError> {
+    if !folder.is_dir() {
+        return Err(usage(format!("{} is not a folder", folder.display())));
+    }
+    let mut files = Vec::new();
+    walk(folder, &mut files)
+        .map_err(|e| usage(format!("cannot read {}: {e}", folder.display())))?;
+    files.sort();
+    let mut samples = Vec::new();
+    for file in &files {
+        match read_sample(file, agent) {
+            Some(Some(s)) => samples.push(s),
+            Some(None) => {}
+            None => eprintln!(
+                "skipped {}: not a grade report or run record",
+                file.display()
+            ),
+        }
+    }
+    if samples.is_empty() {
+        return Err(usage(format!(
+            "no grade reports or run records below {}",
+            folder.display()
+        )));
+    }
+    Ok(samples)
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
