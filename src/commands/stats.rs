@@ -41,13 +41,14 @@ pub enum TableArg {
 
 /// Summarise grades: resolved rates, probe rejections and failure categories.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["reports", "store", "config"])))]
 pub struct StatsArgs {
     /// A folder of JSON reports: run folders (`runs/` or `runs/<id>`), or `infradev grade
     /// --json` outputs.
-    #[arg(long, required_unless_present_any = ["store", "config"], conflicts_with_all = ["store", "config"])]
+    #[arg(long)]
     pub reports: Option<PathBuf>,
     /// The App's store: `sqlite://PATH` or `postgres://…`.
-    #[arg(long, conflicts_with = "config")]
+    #[arg(long)]
     pub store: Option<String>,
     /// The App's configuration (`infradev serve --config`): its store.
     #[arg(long)]
