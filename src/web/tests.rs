@@ -267,3 +267,34 @@ fn charts_snapshot() {
     );
     insta::assert_snapshot!("heatmap", heat.as_str());
 }
+
+#[test]
+fn a_job_without_a_report_says_where_it_is_and_blames_nobody() {
+    let mut p = page_of(fixtures::resolved());
+    p.report = None;
+    p.state = "queued".into();
+    p.finished_at = None;
+    let queued = render_grade_page(&p, false);
+    assert!(
+        queued.contains("<span class=\"verdict pending\">queued</span>"),
+        "{queued}"
+    );
+    assert!(!queued.contains("What did not pass"));
+    p.state = "finished".into();
+    p.error = Some("infrastructure error: docker: no such image".into());
+    let public = render_grade_page(&p, false);
+    assert!(
+        public.contains("our fault, not the pull request"),
+        "{public}"
+    );
+    assert!(
+        !public.contains("no such image"),
+        "the error text is for operators"
+    );
+    let operator = render_grade_page(&p, true);
+    assert!(operator.contains("infrastructure error: docker: no such image"));
+    assert!(
+        !operator.contains("Every test and probe"),
+        "no report, no table"
+    );
+}
