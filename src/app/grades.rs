@@ -12,7 +12,7 @@ use crate::stats::{Labels, Sample, aggregate, categories_by_agent, series};
 use crate::store::{GradedJob, JobId, Store};
 use crate::web::{Dashboard, GradePage, HistoryRow, QueueRow, RecentGrade};
 
-/// Most finished jobs the dashboard and `stats --store` read, oldest first.
+/// Most finished jobs the dashboard and `stats --store` read (the newest).
 pub const MAX_GRADES: u32 = 100_000;
 /// Grades listed as recent on the dashboard.
 const RECENT: usize = 20;

@@ -328,8 +328,8 @@ operations! {
         fn graded_job(id: JobId) -> Option<GradedJob>;
         /// Every job of a pull request with its grade, by id: the grade page's history.
         fn graded_jobs_for_pull(repo: &str, number: u64) -> Vec<GradedJob>;
-        /// Finished jobs (graded or given up on) that finished at or after `since`, oldest
-        /// first, at most `limit`: what the statistics aggregate.
+        /// The newest `limit` finished jobs (graded or given up on) that finished at or after
+        /// `since`, oldest first: what the statistics aggregate.
         fn finished_jobs(since: Option<DateTime<Utc>>, limit: u32) -> Vec<GradedJob>;
         /// Jobs per backend and state, by backend: the dashboard's queue and engine state.
         fn count_jobs_by_backend() -> Vec<BackendCounts>;

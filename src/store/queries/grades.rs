@@ -63,11 +63,12 @@ pub(crate) async fn finished_jobs(
     since: Option<DateTime<Utc>>,
     limit: u32,
 ) -> Result<Vec<GradedJob>> {
+    // The newest `limit`, handed back oldest first.
     let rows = sqlx::query(concat!(
-        "SELECT ",
+        "SELECT * FROM (SELECT ",
         job_cols!(),
         ", finished_at, author FROM jobs WHERE state = 'finished' AND finished_at >= $1 \
-         ORDER BY finished_at, id LIMIT $2"
+         ORDER BY finished_at DESC, id DESC LIMIT $2) newest ORDER BY finished_at, id"
     ))
     .bind(since.map_or(i64::MIN, micros))
     .bind(i64::from(limit))
