@@ -10,6 +10,9 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing+=(python3-pytest)
 /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+# The grade pages and the dashboard are tested in a real headless browser (tests/pages.rs).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if ((${#missing[@]})); then
   echo "test: installing ${missing[*]} from Debian's packages" >&2
   apt-get update -qq

@@ -41,6 +41,72 @@ pub struct ServerConfig {
     /// Largest webhook body accepted, in bytes (GitHub sends at most 25 MB).
     #[serde(default = "default_body_limit")]
     pub body_limit_bytes: usize,
+    /// Grade pages and the dashboard.
+    #[serde(default)]
+    pub web: WebConfig,
+}
+
+/// `[web]`: the grade pages (`/grades/{id}`) and the dashboard (`/dashboard`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebConfig {
+    /// The server's public URL (`https://grader.example.org`): each check run links to
+    /// `<public_url>/grades/<job id>` as its details. Unset: check runs link nowhere.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    /// File holding the operator token, the credential for everything a PR author must not
+    /// see (the full report, the downloads, the dashboard); else the variable
+    /// `operator_token_env` holds it. Neither set: only the public pages are served.
+    #[serde(default)]
+    pub operator_token_file: Option<PathBuf>,
+    #[serde(default)]
+    pub operator_token_env: Option<String>,
+}
+
+/// Where the operator token is read from when `operator_token_env` is not given.
+pub const DEFAULT_OPERATOR_TOKEN_ENV: &str = "INFRADEV_OPERATOR_TOKEN";
+
+/// Operator tokens shorter than this are refused: the token is the only thing between a
+/// PR author and the hidden parts of a report.
+const MIN_OPERATOR_TOKEN: usize = 16;
+
+impl WebConfig {
+    /// The public URL without a trailing `/`, checked to be an http(s) URL.
+    pub fn public_url(&self) -> anyhow::Result<Option<String>> {
+        let Some(url) = &self.public_url else {
+            return Ok(None);
+        };
+        let url = url.trim_end_matches('/');
+        if !(url.starts_with("https://") || url.starts_with("http://")) || url.contains(['?', '#'])
+        {
+            bail!("web.public_url: {url:?} is not an http(s) URL without query or fragment");
+        }
+        Ok(Some(url.to_owned()))
+    }
+
+    /// The operator token, if one is configured (a file that is named must be readable and
+    /// hold a token of at least 16 characters).
+    pub fn operator_token(&self) -> anyhow::Result<Option<SecretString>> {
+        let token = match &self.operator_token_file {
+            Some(file) => Some(std::fs::read_to_string(file).with_context(|| {
+                format!("web.operator_token_file: cannot read {}", file.display())
+            })?),
+            None => {
+                let var = self
+                    .operator_token_env
+                    .as_deref()
+                    .unwrap_or(DEFAULT_OPERATOR_TOKEN_ENV);
+                std::env::var(var).ok()
+            }
+        };
+        let Some(token) = token.map(|t| t.trim().to_owned()) else {
+            return Ok(None);
+        };
+        if token.chars().count() < MIN_OPERATOR_TOKEN {
+            bail!("the operator token is shorter than {MIN_OPERATOR_TOKEN} characters");
+        }
+        Ok(Some(SecretString::from(token)))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -266,6 +332,10 @@ impl ServerConfig {
         config
             .backends
             .check()
+            .with_context(|| format!("{}", path.display()))?;
+        config
+            .web
+            .public_url()
             .with_context(|| format!("{}", path.display()))?;
         Ok(config)
     }

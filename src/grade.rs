@@ -101,6 +101,7 @@ pub async fn grade_submission(
     let mut tests = Vec::new();
     let mut limitations = Vec::new();
     let mut executor_name = executor_label(&req.executor);
+    let mut images = Vec::new();
     if prepared.apply_error.is_none() {
         on_progress(Progress::Preparing("preparing the sandbox"));
         let executor = prepare_executor(&req.executor, task, &req.lib).await;
@@ -108,6 +109,7 @@ pub async fn grade_submission(
         if let Ok(e) = &executor {
             limitations = e.limitations();
             executor_name = e.name();
+            images = e.images();
         }
         let run_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
         for phase in [Phase::Tests, Phase::Probes] {
@@ -193,6 +195,10 @@ pub async fn grade_submission(
             .probes
             .iter()
             .map(|p| (p.test.clone(), p.requirement.clone()))
+            .collect(),
+        images: images
+            .into_iter()
+            .map(|(tag, id)| crate::report::ImageRef { tag, id })
             .collect(),
     };
     redactor.redact_report(&mut report);
@@ -302,6 +308,7 @@ pub fn report_unapplied(
             .iter()
             .map(|p| (p.test.clone(), p.requirement.clone()))
             .collect(),
+        images: Vec::new(),
     }
 }
 

@@ -31,5 +31,6 @@ pub mod stats;
 pub mod store;
 pub mod task;
 pub mod validate;
+pub mod web;
 pub mod webhook;
 pub mod workspace;

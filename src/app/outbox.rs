@@ -111,6 +111,8 @@ pub struct Outbox {
     pub github: Arc<GitHubApp>,
     pub config: OutboxConfig,
     pub retry: RetryPolicy,
+    /// `[web] public_url`: each job's check run links to `<public_url>/grades/<job id>`.
+    pub public_url: Option<String>,
 }
 
 /// How one delivery attempt ended.
@@ -223,6 +225,10 @@ impl Outbox {
                     None => {
                         let mut run = CheckRunCreate::queued(render::CHECK_NAME, &job.head_sha);
                         run.external_id = Some(external_id);
+                        run.details_url = self
+                            .public_url
+                            .as_ref()
+                            .map(|u| format!("{u}/grades/{}", job.id));
                         run.output = Some(convert(render::queued_output()));
                         client.create_check_run(&run).await?
                     }

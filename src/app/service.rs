@@ -104,6 +104,21 @@ impl Service {
             .filter(|(_, b)| *b != BackendName::Local)
             .collect();
 
+        let public_url = config.web.public_url()?;
+        let pages = crate::server::Pages {
+            operator_token: config
+                .web
+                .operator_token()
+                .context("cannot read the operator token")?,
+            web_url: config.github.web_url.clone(),
+            root: std::fs::canonicalize(&config.root).unwrap_or(config.root.clone()),
+            secure_cookie: public_url
+                .as_deref()
+                .is_some_and(|u| u.starts_with("https://")),
+        };
+        if pages.operator_token.is_none() {
+            tracing::info!("no operator token: grade pages are public only, no dashboard");
+        }
         let state = AppState {
             store: store.clone(),
             intake: crate::server::Intake::start(store.clone()),
@@ -112,6 +127,7 @@ impl Service {
             wake_outbox: wake_outbox.clone(),
             wake_remote: wake_remote.clone(),
             metrics: install_metrics(),
+            pages: Arc::new(pages),
         };
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -157,6 +173,7 @@ impl Service {
             github: github.clone(),
             config: config.outbox.clone(),
             retry: tuning.retry,
+            public_url,
         });
         spawn_loop(
             &mut tasks,

@@ -7,6 +7,11 @@
 //! reports (`infradev grade --json`, labelled with `--agent`). Run reports (`report.json`) are
 //! summaries of records already counted and are left out; any other file is named on standard
 //! error as skipped.
+//!
+//! `--store URL` (or `--config FILE`, for the store `infradev serve` uses) reads the grades the
+//! App stored: every finished job once, labelled with the PR's author (the agent account), or
+//! an infra error when it could not be graded; the repository is the one the PR was opened
+//! against.
 
 use std::path::{Path, PathBuf};
 
@@ -16,18 +21,25 @@ use crate::cli::CliError;
 use crate::exit;
 use crate::report::Report;
 use crate::run::record::Record;
-use crate::stats::{InputFile, Inputs, Labels, Sample};
+use crate::stats::{InputFile, InputJob, Inputs, Labels, Sample};
 
-/// Where to read grades from.
+/// Where to read grades from: one of `--reports`, `--store`, `--config`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["reports", "store", "config"])))]
 pub struct SourceArgs {
     /// A folder of JSON reports: run folders (`runs/` or `runs/<id>`), or `infradev grade
     /// --json` outputs.
     #[arg(long)]
-    pub reports: PathBuf,
+    pub reports: Option<PathBuf>,
     /// The agent label of plain grade reports, which carry none.
     #[arg(long, default_value = "unlabelled")]
     pub agent: String,
+    /// The App's store: `sqlite://PATH` or `postgres://…`.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// The App's configuration (`infradev serve --config`): its store.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 /// The samples read, and what they were read from.
@@ -40,7 +52,55 @@ pub struct Loaded {
 /// Reads every grade of the source. No grade at all is a usage error: statistics of nothing
 /// would only mislead.
 pub async fn load(args: &SourceArgs) -> Result<Loaded, CliError> {
-    load_reports(&args.reports, &args.agent)
+    match (&args.reports, &args.store, &args.config) {
+        (Some(folder), _, _) => load_reports(folder, &args.agent),
+        (None, Some(url), _) => load_store(url).await,
+        (None, None, Some(config)) => {
+            let config = crate::config::ServerConfig::load(config).map_err(|error| CliError {
+                code: exit::USAGE_OR_TASK,
+                error,
+            })?;
+            load_store(&config.store.url).await
+        }
+        (None, None, None) => Err(CliError {
+            code: exit::USAGE_OR_TASK,
+            error: anyhow::anyhow!("give --reports, --store or --config"),
+        }),
+    }
+}
+
+/// Every finished grade in the App's store: one sample per finished job, labelled with the
+/// PR's author (`app::grades::sample_of`). A store that cannot be opened or read is ours
+/// (exit 3); one without grades is a usage error.
+async fn load_store(url: &str) -> Result<Loaded, CliError> {
+    let shown = crate::store::redacted_url(url);
+    let infra = |error: anyhow::Error| CliError {
+        code: exit::INFRA,
+        error,
+    };
+    let store = crate::store::Store::open(url)
+        .await
+        .map_err(|e| infra(anyhow::anyhow!("cannot open the store {shown}: {e}")))?;
+    let graded = crate::app::grades::sourced_samples(&store).await;
+    store.close().await;
+    let graded = graded.map_err(infra)?;
+    if graded.is_empty() {
+        return Err(CliError {
+            code: exit::USAGE_OR_TASK,
+            error: anyhow::anyhow!("no finished grades in the store {shown}"),
+        });
+    }
+    let jobs = graded
+        .iter()
+        .map(|(id, sha256, _)| InputJob {
+            id: *id,
+            sha256: sha256.clone(),
+        })
+        .collect();
+    Ok(Loaded {
+        samples: graded.into_iter().map(|(_, _, s)| s).collect(),
+        inputs: Inputs::Store { store: shown, jobs },
+    })
 }
 
 fn load_reports(folder: &Path, agent: &str) -> Result<Loaded, CliError> {

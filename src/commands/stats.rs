@@ -1,5 +1,5 @@
 //! `infradev stats`: the run report's tables over the grades of a source (`source.rs`: a
-//! folder of JSON reports).
+//! folder of JSON reports, or the grades the App stored).
 
 use std::io::Write;
 

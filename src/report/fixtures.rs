@@ -122,6 +122,7 @@ fn report(
                 "Optimizer history stays under 32 MB.".to_owned(),
             ),
         ]),
+        images: Vec::new(),
     };
     Redactor::from_sources(&[("test_state.py".into(), PROBE_SOURCE.into())])
         .redact_report(&mut report);

@@ -41,6 +41,19 @@ pub struct Report {
     /// What each probe checks, in words, keyed by the probe's test id; shown for failures
     /// instead of the probe's source.
     pub probe_requirements: BTreeMap<String, String>,
+    /// The images the sandboxes ran in, by content id (Docker only): the base image first,
+    /// then each environment layer. Empty for the local executor.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageRef>,
+}
+
+/// One image a grade ran in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// Its tag (`infradev/base:…`, `infradev-env/<task>:…`).
+    pub tag: String,
+    /// Its content id, `sha256:…`.
+    pub id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

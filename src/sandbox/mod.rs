@@ -88,6 +88,14 @@ impl Executor {
         }
     }
 
+    /// The images phases run in, `(tag, id)`, base first (none for the local executor).
+    pub fn images(&self) -> Vec<(String, String)> {
+        match self {
+            Executor::Docker(d) => d.image().layers.clone(),
+            Executor::Local(_) => Vec::new(),
+        }
+    }
+
     /// The guarantees this executor cannot give, in plain words (empty for Docker).
     pub fn limitations(&self) -> Vec<String> {
         match self {

@@ -3,11 +3,13 @@
 
 mod intake;
 mod metrics;
+mod pages;
 mod results;
 mod router;
 mod webhook;
 
 pub use intake::Intake;
 pub use metrics::install_metrics;
+pub use pages::Pages;
 pub use router::{AppState, create_app};
 pub use webhook::note_refused;

@@ -26,12 +26,21 @@ pub struct AppState {
     /// Woken when a remote result asks for a re-dispatch.
     pub wake_remote: Arc<Notify>,
     pub metrics: PrometheusHandle,
+    /// Grade pages, the dashboard and the operator credential (`pages.rs`).
+    pub pages: Arc<super::Pages>,
 }
 
 pub fn create_app(state: AppState, body_limit: usize) -> Router {
     Router::new()
         .route("/webhook", post(super::webhook::receive))
         .route("/jobs/{id}/result", post(super::results::post_result))
+        .route("/grades/{id}", get(super::pages::grade_page))
+        .route("/grades/{id}/{file}", get(super::pages::download))
+        .route("/dashboard", get(super::pages::dashboard))
+        .route(
+            "/login",
+            get(super::pages::login_form).post(super::pages::login),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route(

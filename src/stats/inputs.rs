@@ -19,6 +19,21 @@ pub enum Inputs {
         /// Files below the folder that are neither records nor reports, relative to it.
         skipped: Vec<String>,
     },
+    /// The grades the App stored (`--store`, `--config`).
+    Store {
+        /// The store's URL, without its password.
+        store: String,
+        /// Every finished job counted, oldest first.
+        jobs: Vec<InputJob>,
+    },
+}
+
+/// One stored job a sample was read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputJob {
+    pub id: i64,
+    /// SHA-256 of its stored report, lowercase hex (of nothing when it could not be graded).
+    pub sha256: String,
 }
 
 /// One file a sample was read from.
@@ -40,6 +55,11 @@ impl Inputs {
                     h.update(format!("{}  {}\n", f.sha256, f.path).as_bytes());
                 }
             }
+            Inputs::Store { jobs, .. } => {
+                for j in jobs {
+                    h.update(format!("{}  job/{}\n", j.sha256, j.id).as_bytes());
+                }
+            }
         }
         format!("sha256:{}", hex::encode(h.finalize()))
     }
@@ -48,6 +68,7 @@ impl Inputs {
     pub fn count(&self) -> usize {
         match self {
             Inputs::Reports { files, .. } => files.len(),
+            Inputs::Store { jobs, .. } => jobs.len(),
         }
     }
 }
@@ -75,7 +96,9 @@ mod tests {
     fn the_digest_is_sha256sum_of_the_file_list_and_ignores_the_folder() {
         let a = reports(&[("r1/a.json", "00"), ("r1/b.json", "11")]);
         let mut b = a.clone();
-        let Inputs::Reports { folder, .. } = &mut b;
+        let Inputs::Reports { folder, .. } = &mut b else {
+            unreachable!()
+        };
         *folder = "/elsewhere".into();
         assert_eq!(a.digest(), b.digest());
         // `printf '00  r1/a.json\n11  r1/b.json\n' | sha256sum`

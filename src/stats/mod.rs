@@ -20,9 +20,11 @@ use crate::report::Report;
 
 mod inputs;
 mod render;
+mod series;
 
-pub use inputs::{InputFile, Inputs};
+pub use inputs::{InputFile, InputJob, Inputs};
 pub use render::{Table, render_csv, render_markdown, render_text};
+pub use series::{Period, series};
 
 /// Who made a submission: free-form labels given by whoever ran the benchmark.
 #[derive(
@@ -218,28 +220,11 @@ pub fn aggregate(samples: &[Sample]) -> Stats {
     let mut agents: BTreeMap<String, Tally> = BTreeMap::new();
     let mut tasks: BTreeMap<String, Tally> = BTreeMap::new();
     let mut repos: BTreeMap<String, Tally> = BTreeMap::new();
-    let mut categories: BTreeMap<String, CategoryRow> = BTreeMap::new();
     for s in samples {
         overall.add(s);
         agents.entry(s.labels.agent_key()).or_default().add(s);
         tasks.entry(s.task.clone()).or_default().add(s);
         repos.entry(s.repository.clone()).or_default().add(s);
-        let row = categories
-            .entry(s.repository.clone())
-            .or_insert_with(|| CategoryRow {
-                repository: s.repository.clone(),
-                graded: 0,
-                unresolved: 0,
-                categories: BTreeMap::new(),
-            });
-        if s.outcome == SampleOutcome::Infra {
-            continue;
-        }
-        row.graded += 1;
-        row.unresolved += usize::from(s.outcome != SampleOutcome::Resolved);
-        for c in &s.categories {
-            *row.categories.entry(c.as_str().to_owned()).or_default() += 1;
-        }
     }
     let rows = |m: BTreeMap<String, Tally>| {
         m.into_iter()
@@ -251,8 +236,38 @@ pub fn aggregate(samples: &[Sample]) -> Stats {
         by_agent: rows(agents),
         by_task: rows(tasks),
         by_repository: rows(repos),
-        categories: categories.into_values().collect(),
+        categories: category_rows(samples, |s| s.repository.clone()),
     }
+}
+
+/// Failure categories grouped by `key` (a repository, an agent key), sorted by key. The
+/// `repository` field of each row holds the key.
+pub fn category_rows(samples: &[Sample], key: impl Fn(&Sample) -> String) -> Vec<CategoryRow> {
+    let mut categories: BTreeMap<String, CategoryRow> = BTreeMap::new();
+    for s in samples {
+        let k = key(s);
+        let row = categories.entry(k.clone()).or_insert_with(|| CategoryRow {
+            repository: k,
+            graded: 0,
+            unresolved: 0,
+            categories: BTreeMap::new(),
+        });
+        if s.outcome == SampleOutcome::Infra {
+            continue;
+        }
+        row.graded += 1;
+        row.unresolved += usize::from(s.outcome != SampleOutcome::Resolved);
+        for c in &s.categories {
+            *row.categories.entry(c.as_str().to_owned()).or_default() += 1;
+        }
+    }
+    categories.into_values().collect()
+}
+
+/// Failure categories per agent (`agent` or `agent (model)`); the rows' `repository` field
+/// holds the agent key.
+pub fn categories_by_agent(samples: &[Sample]) -> Vec<CategoryRow> {
+    category_rows(samples, |s| s.labels.agent_key())
 }
 
 #[cfg(test)]

@@ -179,3 +179,24 @@ fn free_form_labels_cannot_break_a_table() {
         "{csv}"
     );
 }
+
+#[test]
+fn categories_per_agent_count_graded_samples_like_per_repository() {
+    let rows = categories_by_agent(&samples());
+    let keys: Vec<&str> = rows.iter().map(|r| r.repository.as_str()).collect();
+    assert_eq!(keys, ["alpha (m-1)", "beta"]);
+    // alpha: resolved, probes reject (state, memory), infra (not graded), not applied (build).
+    let alpha = &rows[0];
+    assert_eq!((alpha.graded, alpha.unresolved), (3, 2));
+    assert_eq!(alpha.categories.get("state"), Some(&1));
+    assert_eq!(
+        alpha.categories.get("infra"),
+        None,
+        "infra is never a category"
+    );
+    // The per-repository rows are the same function keyed by repository.
+    assert_eq!(
+        category_rows(&samples(), |s| s.repository.clone()),
+        aggregate(&samples()).categories
+    );
+}

@@ -37,6 +37,10 @@ const SQLITE: Files = &[
         "0003_refused_deliveries_installations.sql",
         include_str!("../../migrations/sqlite/0003_refused_deliveries_installations.sql"),
     ),
+    (
+        "0004_grades.sql",
+        include_str!("../../migrations/sqlite/0004_grades.sql"),
+    ),
 ];
 
 const POSTGRES: Files = &[
@@ -51,6 +55,10 @@ const POSTGRES: Files = &[
     (
         "0003_refused_deliveries_installations.sql",
         include_str!("../../migrations/postgres/0003_refused_deliveries_installations.sql"),
+    ),
+    (
+        "0004_grades.sql",
+        include_str!("../../migrations/postgres/0004_grades.sql"),
     ),
 ];
 

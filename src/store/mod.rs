@@ -54,6 +54,22 @@ use sqlx::{AnyPool, Executor};
 pub use error::StoreError;
 pub use model::*;
 
+/// `url` without its password (`postgres://user:***@host/db`), for messages and records.
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let masked = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{masked}@{host}{}", &rest[authority_end..])
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// A handle on the database: cheap to clone, shared by the server, processor, workers and the
 /// outbox.
 #[derive(Clone)]
@@ -322,6 +338,18 @@ operations! {
         fn jobs_for_pull(repo: &str, number: u64) -> Vec<Job>;
         fn count_jobs_by_state() -> JobCounts;
 
+        // grades (see queries/grades.rs)
+
+        /// A job with when it finished and the author it counts for.
+        fn graded_job(id: JobId) -> Option<GradedJob>;
+        /// Every job of a pull request with its grade, by id: the grade page's history.
+        fn graded_jobs_for_pull(repo: &str, number: u64) -> Vec<GradedJob>;
+        /// The newest `limit` finished jobs (graded or given up on) that finished at or after
+        /// `since`, oldest first: what the statistics aggregate.
+        fn finished_jobs(since: Option<DateTime<Utc>>, limit: u32) -> Vec<GradedJob>;
+        /// Jobs per backend and state, by backend: the dashboard's queue and engine state.
+        fn count_jobs_by_backend() -> Vec<BackendCounts>;
+
         // outbox
 
         /// Queues a report, due now. Use [`Tx::push_outbox`] to commit it together with the
@@ -404,5 +432,28 @@ operations! {
         /// (pull, head, task) is returned instead of a new one (`created: false`). A finished
         /// or cancelled job does not block a new one (a regrade).
         fn enqueue_job(repo: &str, number: u64, head_sha: &str, task_id: &str, installation_id: u64) -> Enqueued;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        for (url, shown) in [
+            (
+                "postgres://infradev:s3cret@127.0.0.1:55432/infradev",
+                "postgres://infradev:***@127.0.0.1:55432/infradev",
+            ),
+            ("postgres://u:p@ss@db/x", "postgres://u:***@db/x"),
+            ("postgres://reader@db/x", "postgres://reader@db/x"),
+            (
+                "sqlite:///var/lib/infradev/db.sqlite",
+                "sqlite:///var/lib/infradev/db.sqlite",
+            ),
+            ("sqlite://a@b.db", "sqlite://a@b.db"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(super::redacted_url(url), shown, "{url}");
+        }
     }
 }

@@ -441,3 +441,23 @@ pub struct RefusedDelivery {
     /// Set by the store when recorded.
     pub refused_at: DateTime<Utc>,
 }
+
+// ---------------------------------------------------------------------------------------------
+// grades (pages, dashboard, statistics)
+
+/// A job with what its grade page and the statistics need besides the job itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GradedJob {
+    pub job: Job,
+    /// When the job finished (graded, or given up on); `None` while it has not.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The pull request's author when the job finished: the account the grade counts for.
+    pub author: Option<String>,
+}
+
+/// How many jobs of one backend (`local`, `slurm`, …) are in each state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendCounts {
+    pub backend: String,
+    pub counts: JobCounts,
+}

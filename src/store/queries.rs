@@ -466,10 +466,12 @@ pub(crate) async fn pulls_for_head(
     rows.iter().map(|row| get_u64(row, "number")).collect()
 }
 
+mod grades;
 mod jobs;
 mod outbox;
 mod refused;
 mod remote;
+pub(crate) use grades::*;
 pub(crate) use jobs::*;
 pub(crate) use outbox::*;
 pub(crate) use refused::*;

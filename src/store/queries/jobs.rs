@@ -156,7 +156,9 @@ pub(crate) async fn finish_job(
 ) -> Result<bool> {
     let done = sqlx::query(
         "UPDATE jobs SET state = 'finished', verdict = $3, result_json = $4, error = NULL, lease_until = NULL, \
-         updated_at = $5 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+         updated_at = $5, finished_at = $5, author = (SELECT p.author FROM pull_requests p \
+         WHERE p.repo = jobs.repo AND p.number = jobs.number) \
+         WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
     )
     .bind(id.0)
     .bind(owner)
@@ -178,7 +180,9 @@ pub(crate) async fn fail_job(
 ) -> Result<bool> {
     let done = sqlx::query(
         "UPDATE jobs SET state = 'finished', verdict = NULL, result_json = NULL, error = $3, lease_until = NULL, \
-         updated_at = $4 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+         updated_at = $4, finished_at = $4, author = (SELECT p.author FROM pull_requests p \
+         WHERE p.repo = jobs.repo AND p.number = jobs.number) \
+         WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
     )
     .bind(id.0)
     .bind(owner)
