@@ -468,26 +468,7 @@ async fn grade_pages_the_dashboard_and_stats_from_the_store() {
 /// A commit on top of `base` in the example repository that adds `<HOSTILE>/conftest.py`.
 fn hostile_head(base: &str) -> String {
     let repo = support::example_repo();
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(repo)
-            .args([
-                "-c",
-                "user.name=agent",
-                "-c",
-                "user.email=agent@example.org",
-            ])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
+    let git = |args: &[&str]| support::git(repo, args);
     git(&["checkout", "-q", "--detach", base]);
     let dir = repo.join(HOSTILE);
     std::fs::create_dir_all(&dir).unwrap();

@@ -3,8 +3,9 @@
 //! read, and the queue per backend. Like tests/store.rs, the PostgreSQL half runs on the
 //! cluster named by `INFRADEV_TEST_PG_URL` and fails under `CI=true` without it.
 
-use std::process::Command;
 use std::time::Duration;
+
+mod support;
 
 use chrono::Utc;
 use infradev::store::*;
@@ -17,23 +18,8 @@ async fn sqlite() -> (Store, tempfile::TempDir) {
 
 /// A fresh database on the test cluster, or `None` (loudly; a failure under CI=true).
 async fn postgres() -> Option<Store> {
-    let Ok(url) = std::env::var("INFRADEV_TEST_PG_URL") else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true and INFRADEV_TEST_PG_URL is unset (runners/ensure-postgres.sh)"
-        );
-        eprintln!("NOT RUN on PostgreSQL: INFRADEV_TEST_PG_URL is unset");
-        return None;
-    };
-    let name = format!("grades_{}", uuid::Uuid::new_v4().simple());
-    let ok = Command::new("psql")
-        .arg(&url)
-        .args(["-q", "-c", &format!("CREATE DATABASE {name}")])
-        .status()
-        .unwrap();
-    assert!(ok.success(), "cannot create a database on {url}");
-    let (base, _) = url.rsplit_once('/').unwrap();
-    Some(Store::open(&format!("{base}/{name}")).await.unwrap())
+    let url = support::story::postgres_database()?;
+    Some(Store::open(&url).await.unwrap())
 }
 
 fn pull(number: u64, author: &str) -> PullUpsert {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sha2::{Digest, Sha256};
-use support::{TASK, copy_dir, docker_ready, example_repo, root};
+use support::{TASK, copy_dir, docker_ready, example_repo, git, root};
 
 /// A root holding a copy of the example task and its probes, with runners/ linked in.
 struct Scratch {
@@ -335,22 +335,6 @@ fn release_fields_are_checked_with_their_line() {
         out.contains("field `environment.env`") && out.contains("`PYTHONPATH` cannot be set"),
         "{out}"
     );
-}
-
-fn git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// When the upstream change itself edits test infrastructure (a conftest.py), a submission

@@ -6,42 +6,14 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::Command;
 
 use infradev::task::Registry;
-use support::{TASK, docker_ready, example_repo, root};
+use support::{TASK, docker_ready, example_repo, git, infradev_run, root};
 
 fn tasks_new(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
-        .arg("--root")
-        .arg(root())
-        .args(["tasks", "new"])
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    let mut all = vec!["tasks", "new"];
+    all.extend_from_slice(args);
+    infradev_run(&root(), &all)
 }
 
 fn set(ids: &[String]) -> BTreeSet<&str> {
@@ -62,7 +34,8 @@ fn the_example_change_scaffolds_into_the_example_task() {
         .expect("the example task");
     let into = tempfile::tempdir().unwrap();
     let repo = example_repo().display().to_string();
-    let (code, out) = tasks_new(&[
+    let into_arg = into.path().display().to_string();
+    let example_args = [
         "--repo",
         "infradev/minicache",
         "--pr",
@@ -76,8 +49,9 @@ fn the_example_change_scaffolds_into_the_example_task() {
         "--id",
         "minicache-again",
         "--into",
-        &into.path().display().to_string(),
-    ]);
+        &into_arg,
+    ];
+    let (code, out) = tasks_new(&example_args);
     assert_eq!(code, 0, "{out}");
     for want in [
         "test files: tests/test_block_allocator.py",
@@ -115,23 +89,7 @@ fn the_example_change_scaffolds_into_the_example_task() {
     );
 
     // The same id again is refused: nothing is overwritten.
-    let (code, out) = tasks_new(&[
-        "--repo",
-        "infradev/minicache",
-        "--pr",
-        "1",
-        "--base",
-        &example.base_commit,
-        "--reference",
-        &example.reference_commit,
-        "--git",
-        &repo,
-        "--id",
-        "minicache-again",
-        "--into",
-        &into.path().display().to_string(),
-        "--no-run",
-    ]);
+    let (code, out) = tasks_new(&[&example_args[..], &["--no-run"]].concat());
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("already exists"), "{out}");
 }

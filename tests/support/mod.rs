@@ -35,6 +35,44 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Runs git in `dir` with a fixed identity and no user configuration; panics with git's
+/// message when it fails, returns its trimmed standard output.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The real binary, `infradev --root <root> <args>`.
+pub fn infradev(root: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_infradev"));
+    c.arg("--root").arg(root).args(args);
+    c
+}
+
+/// Runs `infradev --root <root> <args>`: its exit code and its stdout and stderr together.
+pub fn infradev_run(root: &Path, args: &[&str]) -> (i32, String) {
+    let out = infradev(root, args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 pub fn probes_dir() -> PathBuf {
     root().join("probes").join(TASK)
 }
