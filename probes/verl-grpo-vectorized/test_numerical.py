@@ -147,6 +147,54 @@ def test_constant_groups_are_finite_and_zero():
         np.testing.assert_allclose(adv.numpy()[mixed], expected[mixed], atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize("epsilon", [None, 1e-7])
+def test_small_spread_groups_divide_by_sigma_plus_epsilon(epsilon):
+    """Requirement: with std normalisation, each advantage is (score - mean) / (std + epsilon)
+    with the caller's `epsilon` (the default 1e-6, and 1e-7), also for groups whose spread is
+    small but whose variance is above the eps floor the prompt allows (scores a few thousandths
+    apart, variances >= 1.9e-6, all exactly representable in float32, so float32 rounding moves
+    an advantage by < 1e-6 relative, and epsilon by >= 7e-5).
+
+    The probes and official tests above use groups with std >= ~0.05, where epsilon changes an
+    advantage by < 2e-5: an estimator that drops epsilon, subtracts it, or ignores the
+    caller's value agrees with them."""
+    rng = np.random.default_rng(SEED + 11)
+    step = 2.0 ** -9
+    groups = [
+        [0.0, 2 * step],                    # std = 2**-8 / sqrt(2)
+        [0.0, step],                        # variance 2**-19 = 1.9e-6, just above 1e-6
+        [-4 * step, 0.0, 4 * step],         # std = 2**-7
+        [step, 3 * step, 3 * step, 5 * step],
+        [-step, step, 0.0, -2 * step, 2 * step],
+    ] * 4
+    labels, values = [], []
+    for g, members in enumerate(groups):
+        for v in members:
+            labels.append(f"small-{g}")
+            values.append(v)
+    order = rng.permutation(len(values))
+    labels = [labels[i] for i in order]
+    seq_len = 6
+    rewards = np.zeros((len(values), seq_len), dtype=np.float32)
+    mask = np.zeros((len(values), seq_len), dtype=np.float32)
+    for row, i in enumerate(order):
+        length = int(rng.integers(1, seq_len + 1))
+        mask[row, :length] = 1
+        rewards[row, length - 1] = values[i]
+    kwargs = dict(
+        token_level_rewards=torch.from_numpy(rewards),
+        response_mask=torch.from_numpy(mask),
+        index=np.array(labels, dtype=object),
+    )
+    if epsilon is not None:
+        kwargs["epsilon"] = epsilon
+    adv, ret = _pair(core_algos.compute_grpo_vectorized_outcome_advantage(**kwargs))
+    expected = grpo_reference(rewards, mask, labels, epsilon=epsilon or 1e-6, norm=True)
+    assert torch.isfinite(adv).all()
+    np.testing.assert_allclose(adv.numpy(), expected, atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(ret.numpy(), expected, atol=1e-6, rtol=1e-5)
+
+
 def test_strided_inputs_int_mask_and_no_mutation():
     """Requirement: the estimator accepts non-contiguous views (a column slice of a wider
     reward buffer, a transposed-back mask) and the int64 response mask the trainer derives from
