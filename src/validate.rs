@@ -82,6 +82,10 @@ pub struct SourceRecord {
     /// The commits graded (in a git source, the upstream ones).
     pub base_commit: String,
     pub reference_commit: String,
+    /// Upstream fixes applied on top of the reference (`upstream.follow_up`); then
+    /// `reference_commit` is the commit they made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub follow_up: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -410,19 +414,20 @@ impl Source {
                     git(&repo, &["cat-file", "-e", &format!("{sha}^{{commit}}")])
                         .with_context(|| format!("{field} {sha} is not in {}", clone.display()))?;
                 }
+                let reference =
+                    with_follow_ups(&repo, &task.reference_commit, &task.upstream.follow_up)
+                        .with_context(|| format!("task `{}`: upstream.follow_up", task.id))?;
                 let record = SourceRecord {
                     kind: "git".into(),
                     base: task.base_commit.clone(),
                     reference: task.reference_commit.clone(),
                     base_commit: task.base_commit.clone(),
-                    reference_commit: task.reference_commit.clone(),
+                    reference_commit: reference,
+                    follow_up: task.upstream.follow_up.clone(),
                     note: task.upstream.note.clone(),
                 };
-                (
-                    task.base_commit.clone(),
-                    task.reference_commit.clone(),
-                    record,
-                )
+                let reference = record.reference_commit.clone();
+                (task.base_commit.clone(), reference, record)
             }
             UpstreamSource::Release { base, reference } => {
                 let base_sdist = fetch_sdist(base, &opts.cache).await?;
@@ -438,6 +443,7 @@ impl Source {
                     reference: reference.to_string(),
                     base_commit: base_sha.clone(),
                     reference_commit: reference_sha.clone(),
+                    follow_up: Vec::new(),
                     note: task.upstream.note.clone(),
                 };
                 (base_sha, reference_sha, record)
@@ -463,6 +469,46 @@ impl Source {
             record,
         })
     }
+}
+
+/// The reference with the upstream fixes of `follow_up` applied in order, each as a commit of
+/// our own (fixed author and date, so the same fixes always make the same commit): what a
+/// cherry-pick makes, computed without a work tree (`git merge-tree`). A fix that does not
+/// apply cleanly is an error naming it.
+fn with_follow_ups(repo: &Path, reference: &str, follow_up: &[String]) -> anyhow::Result<String> {
+    let mut head = reference.to_owned();
+    for fix in follow_up {
+        git(repo, &["cat-file", "-e", &format!("{fix}^{{commit}}")])
+            .with_context(|| format!("{fix} is not in the clone"))?;
+        let merged = git(
+            repo,
+            &[
+                "merge-tree",
+                "--write-tree",
+                "--no-messages",
+                "--merge-base",
+                &format!("{fix}^"),
+                &head,
+                fix,
+            ],
+        )
+        .with_context(|| format!("{fix} does not apply cleanly on top of {head}"))?;
+        let tree = merged.lines().next().unwrap_or_default().trim().to_owned();
+        head = git(
+            repo,
+            &[
+                "commit-tree",
+                &tree,
+                "-p",
+                &head,
+                "-m",
+                &format!("follow-up {fix} applied to the reference"),
+            ],
+        )?
+        .trim()
+        .to_owned();
+    }
+    Ok(head)
 }
 
 /// Commits an sdist's tree (its top folder stripped) on top of `parent`, replacing the tree.
@@ -646,6 +692,72 @@ mod tests {
         assert_eq!(
             found[3],
             vec!["an empty change is graded resolved".to_owned()]
+        );
+    }
+}
+
+#[cfg(test)]
+mod follow_up_tests {
+    use super::{git, with_follow_ups};
+
+    fn commit(repo: &std::path::Path, file: &str, text: &str, message: &str) -> String {
+        std::fs::write(repo.join(file), text).unwrap();
+        git(repo, &["add", "-A"]).unwrap();
+        git(repo, &["commit", "-q", "-m", message]).unwrap();
+        git(repo, &["rev-parse", "HEAD"]).unwrap().trim().to_owned()
+    }
+
+    #[test]
+    fn fixes_apply_on_top_of_the_reference_and_conflicts_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path();
+        git(repo, &["init", "-q"]).unwrap();
+        commit(repo, "a.py", "def f():\n    return 1\n", "base");
+        let reference = commit(
+            repo,
+            "a.py",
+            "def f():\n    return get_device()\n",
+            "the PR",
+        );
+        // Unrelated later work, then the fix of the PR's code.
+        commit(repo, "b.py", "other = 1\n", "later");
+        let fix = commit(
+            repo,
+            "a.py",
+            "def f():\n    return device_name()\n",
+            "the fix",
+        );
+
+        let fixed = with_follow_ups(repo, &reference, std::slice::from_ref(&fix)).unwrap();
+        let show = |rev: &str, path: &str| git(repo, &["show", &format!("{rev}:{path}")]);
+        assert_eq!(
+            show(&fixed, "a.py").unwrap().trim_end(),
+            "def f():\n    return device_name()"
+        );
+        assert!(
+            show(&fixed, "b.py").is_err(),
+            "only the fix is applied, not later work"
+        );
+        assert_eq!(
+            git(repo, &["rev-parse", &format!("{fixed}^")])
+                .unwrap()
+                .trim(),
+            reference
+        );
+        // The same fixes always make the same commit.
+        assert_eq!(
+            with_follow_ups(repo, &reference, &[fix.clone()]).unwrap(),
+            fixed
+        );
+        assert_eq!(with_follow_ups(repo, &reference, &[]).unwrap(), reference);
+
+        // A fix that does not apply on the reference is named.
+        let clash = commit(repo, "a.py", "def f():\n    return 3\n", "clash");
+        let base = git(repo, &["rev-list", "--max-parents=0", "HEAD"]).unwrap();
+        let err = with_follow_ups(repo, base.trim(), &[clash.clone()]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains(&format!("{clash} does not apply cleanly")),
+            "{err:#}"
         );
     }
 }

@@ -121,6 +121,33 @@ fn a_bad_commit_is_named_with_its_line() {
 }
 
 #[test]
+fn a_follow_up_fix_must_be_a_commit_of_a_git_source() {
+    let s = Scratch::new();
+    let line = s.replace_line(
+        &s.task_toml(),
+        "validate_from",
+        "validate_from = \"git\"\nfollow_up = [\"e9c43b9\"]",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert_names(
+        &out,
+        &s.task_toml(),
+        line + 1,
+        "upstream.follow_up",
+        "`e9c43b9` is not a 40-hex commit SHA",
+    );
+    let sha = "e9c43b9365f4ca9940e2063ad41de6c7ff1cc029";
+    s.replace_line(
+        &s.task_toml(),
+        "follow_up",
+        &format!("follow_up = [\"{sha}\"]"),
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
 fn a_value_of_the_wrong_type_is_named_with_its_line() {
     let s = Scratch::new();
     let line = s.replace_line(&s.task_toml(), "pr =", "pr = \"one\"");

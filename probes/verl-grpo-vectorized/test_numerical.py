@@ -11,7 +11,6 @@ import pytest
 import torch
 from infradev_probe import subject
 
-from _pytest_env import subject_under_pytest  # noqa: F401 - autouse fixture
 from _ref import grpo_reference, make_batch
 
 PROBE_SECRET = "PROBE-SECRET-grpo-numerical-c4e0"
@@ -61,7 +60,8 @@ def _sizes(rng, n_groups):
 @pytest.mark.parametrize("norm", [True, False])
 def test_matches_independent_grpo_with_uuid_uids(norm):
     """Requirement: `compute_grpo_vectorized_outcome_advantage`, called the way the trainer
-    calls registered estimators (`get_adv_estimator_fn("grpo_vectorized")` with keyword
+    calls registered estimators (from a process that is not under pytest, as every probe here
+    calls the subject; `get_adv_estimator_fn("grpo_vectorized")` with keyword
     arguments token_level_rewards, response_mask, config=None and index = a numpy object array
     of uuid strings), returns (advantages, returns) equal to an independent float64 GRPO:
     per-group mean and Bessel std, singleton groups with mean 0 / std 1, division by
@@ -234,7 +234,9 @@ def test_strided_inputs_int_mask_and_no_mutation():
 
 def test_group_helpers_match_definition():
     """Requirement: `verl.utils.as_torch_index(index)` maps labels (numpy object array of uuid
-    strings, Python list of strings, numpy int64 array, torch int tensor) to a 1-D torch.long
+    strings, Python list of strings, numpy int64 array, torch int32 tensor, torch int64 tensor
+    of hashes near 2**62, torch float64 tensor of integers near 2**40, torch float32 tensor of
+    non-integer values) to a 1-D torch.long
     tensor of non-negative ids with equal ids exactly for equal labels; and
     `verl.utils.group_mean_std(scores, gidx, eps)` returns (mean_g, std_g, count_g), float32
     tensors of length max(gidx) + 1, holding each group's count, mean and Bessel-corrected std,
@@ -250,6 +252,12 @@ def test_group_helpers_match_definition():
         "list of str": [f"prompt/{b}" for b in base],
         "numpy int64": base.astype(np.int64),
         "torch int": torch.from_numpy(base.astype(np.int32)),
+        # hashed uids: int64 labels far beyond float64's exact integers must stay distinct
+        "torch int64 hashes": torch.from_numpy(base.astype(np.int64) * 7919 + 2**62),
+        # integer-valued float64 labels beyond float32's exact integers
+        "torch float64 ids": torch.from_numpy(base.astype(np.float64) * 3 + 2.0**40),
+        # non-integer float labels (no two equal labels may be rounded together)
+        "torch float32 scores": torch.from_numpy((base / 7.0 + 0.125).astype(np.float32)),
     }
     for name, labels in variants.items():
         g = verl_utils.as_torch_index(labels)

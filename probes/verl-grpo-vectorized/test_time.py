@@ -10,7 +10,6 @@ import numpy as np
 import torch
 from infradev_probe import subject
 
-from _pytest_env import subject_under_pytest  # noqa: F401 - autouse fixture
 
 PROBE_SECRET = "PROBE-SECRET-grpo-time-5f19"
 SEED = zlib.crc32(PROBE_SECRET.encode())

@@ -78,6 +78,10 @@ pub struct Upstream {
     /// Top-level import names that belong to the upstream repository (`tasks lint`).
     pub packages: Vec<String>,
     pub source: UpstreamSource,
+    /// Upstream commits that fixed the reference later (`follow_up`), applied on top of
+    /// `reference_commit`, in order, to make the reference that validation and probe power
+    /// grade: a task's reference must not carry a bug upstream already fixed.
+    pub follow_up: Vec<String>,
     /// Provenance: why releases stand in for the commits, and so on.
     pub note: Option<String>,
 }
@@ -184,6 +188,8 @@ struct RawUpstream {
     base_sha256: Option<Spanned<String>>,
     #[serde(default)]
     reference_sha256: Option<Spanned<String>>,
+    #[serde(default)]
+    follow_up: Vec<Spanned<String>>,
     #[serde(default)]
     note: Option<String>,
 }
@@ -480,9 +486,29 @@ fn upstream(raw: Spanned<RawUpstream>, err: &ErrAt<'_>) -> Result<Upstream, Mani
             }
         }
     };
+    let mut follow_up = Vec::new();
+    for sha in raw.follow_up {
+        if !matches!(source, UpstreamSource::Git) {
+            return Err(err(
+                sha.span(),
+                "upstream.follow_up",
+                "only for validate_from = \"git\" (the fixes are applied to the reference commit)"
+                    .into(),
+            ));
+        }
+        if !is_full_sha(sha.get_ref()) {
+            return Err(err(
+                sha.span(),
+                "upstream.follow_up",
+                format!("`{}` is not a 40-hex commit SHA", sha.get_ref()),
+            ));
+        }
+        follow_up.push(sha.into_inner());
+    }
     Ok(Upstream {
         packages: raw.packages,
         source,
+        follow_up,
         note: raw.note,
     })
 }
