@@ -746,7 +746,7 @@ mod follow_up_tests {
         );
         // The same fixes always make the same commit.
         assert_eq!(
-            with_follow_ups(repo, &reference, &[fix.clone()]).unwrap(),
+            with_follow_ups(repo, &reference, std::slice::from_ref(&fix)).unwrap(),
             fixed
         );
         assert_eq!(with_follow_ups(repo, &reference, &[]).unwrap(), reference);
@@ -754,7 +754,7 @@ mod follow_up_tests {
         // A fix that does not apply on the reference is named.
         let clash = commit(repo, "a.py", "def f():\n    return 3\n", "clash");
         let base = git(repo, &["rev-list", "--max-parents=0", "HEAD"]).unwrap();
-        let err = with_follow_ups(repo, base.trim(), &[clash.clone()]).unwrap_err();
+        let err = with_follow_ups(repo, base.trim(), std::slice::from_ref(&clash)).unwrap_err();
         assert!(
             format!("{err:#}").contains(&format!("{clash} does not apply cleanly")),
             "{err:#}"
