@@ -131,6 +131,11 @@ pub struct SandboxArgs {
     /// The interpreter of the local executor; it needs pytest.
     #[arg(long, env = "INFRADEV_PYTHON", default_value = "/usr/bin/python3")]
     pub python: PathBuf,
+    /// Reruns of a failing official test or probe, each in a fresh sandbox phase, unless the
+    /// task sets its own; a result that changes across attempts is `flaky` (never a pass).
+    #[arg(long, env = "INFRADEV_RETRIES", default_value_t = crate::grade::DEFAULT_RETRIES,
+          value_parser = clap::value_parser!(u32).range(0..=crate::task::MAX_RETRIES as i64))]
+    pub retries: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -187,6 +192,11 @@ pub enum TasksCommand {
         /// How many times the reference is graded.
         #[arg(long, default_value_t = 3)]
         reference_runs: usize,
+        /// Reruns of a failing test or probe in every run, unless the task sets its own; a
+        /// reference that passes only on a rerun is flaky, and the task is quarantined.
+        #[arg(long, default_value_t = crate::grade::DEFAULT_RETRIES,
+              value_parser = clap::value_parser!(u32).range(0..=crate::task::MAX_RETRIES as i64))]
+        retries: u32,
         /// Write `<task-id>.validation.json` here instead of validation.json beside task.toml.
         #[arg(long)]
         out_dir: Option<PathBuf>,
@@ -351,6 +361,7 @@ async fn grade_command(root: &Path, args: GradeArgs) -> Result<u8, CliError> {
         lib: root.join("runners/python"),
         executor: args.sandbox.choice(),
         keep_workdir: args.keep_workdir,
+        retries: args.sandbox.retries,
     };
     let report = grade_with_progress(&request).await?;
     // `--json -`: the JSON alone on standard output, the summary on standard error.
@@ -405,6 +416,22 @@ pub async fn grade_with_progress(request: &GradeRequest) -> Result<Report, CliEr
             }
         }
         Progress::PhaseTick { done, .. } => bar.set_position(done as u64),
+        Progress::Rerun {
+            phase,
+            attempt,
+            total,
+        } => {
+            bar.set_prefix(phase_name(phase));
+            bar.set_length(total as u64);
+            bar.set_position(0);
+            bar.set_message(format!("rerun {attempt}"));
+            if !tty {
+                eprintln!(
+                    "{}: rerunning {total} that failed (attempt {attempt})",
+                    phase_name(phase)
+                );
+            }
+        }
         Progress::PhaseFinished { phase, duration } => {
             let line = format!(
                 "{}: finished in {:.1}s",
@@ -439,8 +466,14 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             for task in &registry.tasks {
                 match task {
                     Ok(t) => println!(
-                        "{:<32} {:<24} #{:<6} {}",
-                        t.id, t.repository, t.pr, t.summary
+                        "{:<32} {:<24} #{:<6} {}{}",
+                        t.id,
+                        t.repository,
+                        t.pr,
+                        t.summary,
+                        crate::validate::quarantined(t)
+                            .map(|why| format!(" [quarantined: {why}]"))
+                            .unwrap_or_default()
                     ),
                     Err(e) => println!("{:<32} (invalid: {e})", "?"),
                 }
@@ -523,6 +556,9 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 }
             }
             for t in registry.tasks.iter().flatten() {
+                if let Some(why) = crate::validate::quarantined(t) {
+                    problems.push(format!("{}: quarantined: {why}", t.id));
+                }
                 match crate::power::run::assess_task(t) {
                     Ok(crate::power::Assessment::NotMeasured) => {
                         println!("{}: probe power not measured yet", t.id)
@@ -575,6 +611,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             host,
             git,
             reference_runs,
+            retries,
             out_dir,
         } => {
             let opts = ValidateOptions {
@@ -582,6 +619,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 cache: Cache::locate(host.cache),
                 git,
                 reference_runs,
+                retries,
                 out_dir,
             };
             // Every task is tried; one that cannot be validated (no clone, a failed
