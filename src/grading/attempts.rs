@@ -6,8 +6,12 @@
 //! can mark a test flaky or passed across attempts. The rules:
 //!
 //! * Only a test that **failed or did not run** in a phase that ran cleanly (no infra error,
-//!   no tampering, no inconsistency) is rerun; a `build` failure (a syntax or import error) is
-//!   not: it cannot change. `skipped` is a decision of the test itself and is not rerun either.
+//!   no tampering, no inconsistency) and **ended on its own** is rerun; a `build` failure (a
+//!   syntax or import error) is not: it cannot change. `skipped` is a decision of the test
+//!   itself and is not rerun either. A phase the sandbox's limits ended (killed for memory or
+//!   at its wall clock, or crashed as a whole) is not rerun, nor is anything after a rerun that
+//!   ended so: a submission that hangs or blows up its sandbox costs the grader at most one
+//!   extra phase, never `retries` more.
 //! * A test is rerun until it passes or its retries are spent, each time in a fresh sandbox
 //!   phase that runs the still-failing ids only.
 //! * A test that failed and then passed is **`flaky`**: its evidence is the first failure's (so
@@ -36,8 +40,10 @@ impl Retries {
 
 /// Whether `test`, as its latest attempt in `phase` left it, gets another attempt.
 pub fn needs_rerun(phase: &PhaseEvidence, test: &TestEvidence) -> bool {
-    let clean =
-        phase.infra_error.is_none() && phase.tampered.is_none() && phase.inconsistent.is_none();
+    let clean = phase.infra_error.is_none()
+        && phase.tampered.is_none()
+        && phase.inconsistent.is_none()
+        && phase.kill.is_none();
     clean
         && matches!(test.outcome, Outcome::Failed | Outcome::NotRun)
         && classify(test, phase) != Some(Category::Build)
@@ -144,6 +150,8 @@ mod tests {
             ("infra", with(|p| p.infra_error = Some("docker".into())), attempt(Outcome::Failed), false),
             ("tampered", with(|p| p.tampered = Some("canary".into())), attempt(Outcome::Failed), false),
             ("inconsistent", with(|p| p.inconsistent = Some("exit 1".into())), attempt(Outcome::Failed), false),
+            ("a phase killed at its wall clock", with(|p| p.kill = Some(Kill::TimedOut)), attempt(Outcome::NotRun), false),
+            ("a phase killed for memory", with(|p| p.kill = Some(Kill::OutOfMemory)), attempt(Outcome::Failed), false),
         ];
         for (name, phase, test, want) in rows {
             assert_eq!(needs_rerun(&phase, &test), want, "{name}");
