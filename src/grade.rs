@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::canary::Canaries;
 use crate::grading::{
     Expectation, Phase, PhaseEvidence, Retries, TestEvidence, combine_attempts, grade, needs_rerun,
+    rerun_candidates,
 };
 use crate::guard::{self, GuardFlag};
 use crate::redact::Redactor;
@@ -454,9 +455,8 @@ async fn run_attempts(
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<(Vec<PhaseReport>, Vec<(Expectation, TestEvidence)>)> {
     let (first, tests) = run_phase(ctx, phase, 1, expected, on_progress).await?;
-    let mut pending: Vec<usize> = (0..tests.len())
-        .filter(|&i| needs_rerun(&first.evidence, &tests[i].1))
-        .collect();
+    let firsts: Vec<TestEvidence> = tests.iter().map(|(_, t)| t.clone()).collect();
+    let mut pending = rerun_candidates(&first.evidence, &firsts);
     let mut reports = vec![first];
     let mut reruns: Vec<Vec<TestEvidence>> = vec![Vec::new(); tests.len()];
     for attempt in 2..=ctx.req.retries().for_phase(phase) + 1 {

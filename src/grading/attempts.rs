@@ -12,6 +12,11 @@
 //!   at its wall clock, or crashed as a whole) is not rerun, nor is anything after a rerun that
 //!   ended so: a submission that hangs or blows up its sandbox costs the grader at most one
 //!   extra phase, never `retries` more.
+//! * A phase where more than [`MAX_RERUN`] tests did not pass is not rerun at all: a flake is
+//!   the exception, and a change that fails many tests fails them for its own reasons. Since a
+//!   flaky result never resolves, reruns never change a verdict, only what a failure is called;
+//!   this keeps what a submission can make the grader spend on them small (at most
+//!   `MAX_RERUN` tests, `retries` times).
 //! * A test is rerun until it passes or its retries are spent, each time in a fresh sandbox
 //!   phase that runs the still-failing ids only.
 //! * A test that failed and then passed is **`flaky`**: its evidence is the first failure's (so
@@ -36,6 +41,23 @@ impl Retries {
             Phase::Probes => self.probes,
         }
     }
+}
+
+/// The most failing tests of one phase that are rerun; with more, none is.
+pub const MAX_RERUN: usize = 3;
+
+/// The tests of a phase's first attempt that get another one (indices into `tests`).
+pub fn rerun_candidates(phase: &PhaseEvidence, tests: &[TestEvidence]) -> Vec<usize> {
+    let failing = tests
+        .iter()
+        .filter(|t| !matches!(t.outcome, Outcome::Passed | Outcome::Skipped))
+        .count();
+    if failing > MAX_RERUN {
+        return Vec::new();
+    }
+    (0..tests.len())
+        .filter(|&i| needs_rerun(phase, &tests[i]))
+        .collect()
 }
 
 /// Whether `test`, as its latest attempt in `phase` left it, gets another attempt.
@@ -155,6 +177,29 @@ mod tests {
         ];
         for (name, phase, test, want) in rows {
             assert_eq!(needs_rerun(&phase, &test), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_phase_with_many_failures_is_not_rerun() {
+        use Outcome::{Failed as F, Passed as P, Skipped as S};
+        let tests = |outcomes: &[Outcome]| -> Vec<TestEvidence> {
+            outcomes.iter().map(|o| attempt(*o)).collect()
+        };
+        // outcomes of the first attempt, the indices rerun
+        let rows: Vec<(Vec<Outcome>, Vec<usize>)> = vec![
+            (vec![P, P, P], vec![]),
+            (vec![P, F, S, P], vec![1]),
+            (vec![F, F, P, F], vec![0, 1, 3]),
+            (vec![F, F, F, F], vec![]),
+            (vec![F, Outcome::NotRun, F, F, P], vec![]),
+        ];
+        for (outcomes, want) in rows {
+            assert_eq!(
+                rerun_candidates(&phase(), &tests(&outcomes)),
+                want,
+                "{outcomes:?}"
+            );
         }
     }
 }

@@ -5,7 +5,7 @@ mod classify;
 mod evidence;
 mod verdict;
 
-pub use attempts::{Retries, combine_attempts, needs_rerun};
+pub use attempts::{MAX_RERUN, Retries, combine_attempts, needs_rerun, rerun_candidates};
 pub use classify::classify;
 pub use evidence::{
     BudgetBreach, BudgetKind, Category, Kill, Outcome, Phase, PhaseEvidence, TestEvidence,
