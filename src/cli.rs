@@ -25,6 +25,16 @@ pub struct Cli {
     /// The directory holding tasks/, probes/ and runners/.
     #[arg(long, global = true, env = "INFRADEV_ROOT", default_value = ".")]
     pub root: PathBuf,
+    /// How logs are written to standard error: `text`, or `json` (one object per line).
+    /// Colour only on a terminal. `INFRADEV_LOG` filters (default `warn`).
+    #[arg(
+        long,
+        global = true,
+        env = "INFRADEV_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    pub log_format: crate::logging::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -250,17 +260,29 @@ pub struct HostArgs {
     pub python: PathBuf,
 }
 
+impl Cli {
+    /// The log level when `INFRADEV_LOG` says nothing: `info` for the server, whose log is
+    /// its record, `warn` for the commands, whose output is the report.
+    pub fn default_log_level(&self) -> &'static str {
+        match self.command {
+            Command::Serve { .. } => "info",
+            _ => "warn",
+        }
+    }
+}
+
 /// Runs the CLI and returns the process exit code.
 pub async fn run(mut cli: Cli) -> u8 {
     // Every path handed to a sandbox must be absolute; resolve the root once, here.
     if let Ok(root) = std::fs::canonicalize(&cli.root) {
         cli.root = root;
     }
+    let log_format = cli.log_format;
     let result = match cli.command {
         Command::Grade(args) => crate::commands::grade::grade_command(&cli.root, args).await,
         Command::Tasks(cmd) => tasks_command(&cli.root, cmd).await,
         Command::Demo { sandbox } => demo::run(&cli.root, &sandbox.choice()).await,
-        Command::Serve { config } => crate::commands::serve::serve(&config).await,
+        Command::Serve { config } => crate::commands::serve::serve(&config, log_format).await,
         Command::Action(args) => Ok(crate::action::run(&cli.root, args).await),
         Command::Job(JobCommand::Run(args)) => Ok(crate::job_run::run(&cli.root, args).await),
         Command::Run(args) => crate::commands::run::run_command(&cli.root, args).await,
@@ -285,6 +307,11 @@ pub async fn run(mut cli: Cli) -> u8 {
     };
     match result {
         Ok(code) => code,
+        // In JSON, the error that ends the process is one more object on its own line.
+        Err(CliError { code, error }) if log_format == crate::logging::LogFormat::Json => {
+            tracing::error!(error = %format!("{error:#}"), exit_code = code, "exiting");
+            code
+        }
         Err(CliError { code, error }) => {
             eprintln!("error: {error:#}");
             code
