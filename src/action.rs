@@ -446,6 +446,7 @@ async fn grade_pr(root: &Path, args: &ActionArgs, env: &ActionEnv, ctx: &PrConte
         lib: root.join("runners/python"),
         executor: args.sandbox.choice(),
         keep_workdir: false,
+        retries: crate::grade::DEFAULT_RETRIES,
     };
     match grade_with_progress(&request).await {
         Ok(report) => Found::Graded(Box::new(report)),

@@ -1,6 +1,5 @@
 //! The command line: parsing, dispatch, live progress, and named exit codes.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -9,12 +8,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::demo;
 use crate::exit;
 use crate::fetch::{Cache, fetch_sdist, fetch_wheels};
-use crate::grade::{ExecutorChoice, GradeError, GradeRequest, Progress, grade_submission};
-use crate::grading::Verdict;
+use crate::grade::{ExecutorChoice, GradeError};
 use crate::lint::lint_task;
-use crate::report::{Report, render_json, render_junit, render_summary};
 use crate::task::{Registry, UpstreamSource};
 use crate::validate::{ValidateOptions, validate_task};
+
+pub use crate::commands::grade::{exit_code, grade_with_progress};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,6 +25,16 @@ pub struct Cli {
     /// The directory holding tasks/, probes/ and runners/.
     #[arg(long, global = true, env = "INFRADEV_ROOT", default_value = ".")]
     pub root: PathBuf,
+    /// How logs are written to standard error: `text`, or `json` (one object per line).
+    /// Colour only on a terminal. `INFRADEV_LOG` filters (default `warn`).
+    #[arg(
+        long,
+        global = true,
+        env = "INFRADEV_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    pub log_format: crate::logging::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -134,6 +143,11 @@ pub struct SandboxArgs {
     /// The interpreter of the local executor; it needs pytest.
     #[arg(long, env = "INFRADEV_PYTHON", default_value = "/usr/bin/python3")]
     pub python: PathBuf,
+    /// Reruns of a failing official test or probe, each in a fresh sandbox phase, unless the
+    /// task sets its own; a result that changes across attempts is `flaky` (never a pass).
+    #[arg(long, env = "INFRADEV_RETRIES", default_value_t = crate::grade::DEFAULT_RETRIES,
+          value_parser = clap::value_parser!(u32).range(0..=crate::task::MAX_RETRIES as i64))]
+    pub retries: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -190,6 +204,11 @@ pub enum TasksCommand {
         /// How many times the reference is graded.
         #[arg(long, default_value_t = 3)]
         reference_runs: usize,
+        /// Reruns of a failing test or probe in every run, unless the task sets its own; a
+        /// reference that passes only on a rerun is flaky, and the task is quarantined.
+        #[arg(long, default_value_t = crate::grade::DEFAULT_RETRIES,
+              value_parser = clap::value_parser!(u32).range(0..=crate::task::MAX_RETRIES as i64))]
+        retries: u32,
         /// Write `<task-id>.validation.json` here instead of validation.json beside task.toml.
         #[arg(long)]
         out_dir: Option<PathBuf>,
@@ -248,17 +267,29 @@ pub struct HostArgs {
     pub python: PathBuf,
 }
 
+impl Cli {
+    /// The log level when `INFRADEV_LOG` says nothing: `info` for the server, whose log is
+    /// its record, `warn` for the commands, whose output is the report.
+    pub fn default_log_level(&self) -> &'static str {
+        match self.command {
+            Command::Serve { .. } => "info",
+            _ => "warn",
+        }
+    }
+}
+
 /// Runs the CLI and returns the process exit code.
 pub async fn run(mut cli: Cli) -> u8 {
     // Every path handed to a sandbox must be absolute; resolve the root once, here.
     if let Ok(root) = std::fs::canonicalize(&cli.root) {
         cli.root = root;
     }
+    let log_format = cli.log_format;
     let result = match cli.command {
-        Command::Grade(args) => grade_command(&cli.root, args).await,
+        Command::Grade(args) => crate::commands::grade::grade_command(&cli.root, args).await,
         Command::Tasks(cmd) => tasks_command(&cli.root, cmd).await,
         Command::Demo { sandbox } => demo::run(&cli.root, &sandbox.choice()).await,
-        Command::Serve { config } => serve(&config).await,
+        Command::Serve { config } => crate::commands::serve::serve(&config, log_format).await,
         Command::Action(args) => Ok(crate::action::run(&cli.root, args).await),
         Command::Job(JobCommand::Run(args)) => Ok(crate::job_run::run(&cli.root, args).await),
         Command::Run(args) => crate::commands::run::run_command(&cli.root, args).await,
@@ -284,6 +315,11 @@ pub async fn run(mut cli: Cli) -> u8 {
     };
     match result {
         Ok(code) => code,
+        // In JSON, the error that ends the process is one more object on its own line.
+        Err(CliError { code, error }) if log_format == crate::logging::LogFormat::Json => {
+            tracing::error!(error = %format!("{error:#}"), exit_code = code, "exiting");
+            code
+        }
         Err(CliError { code, error }) => {
             eprintln!("error: {error:#}");
             code
@@ -328,125 +364,6 @@ impl From<GradeError> for CliError {
     }
 }
 
-async fn serve(path: &Path) -> Result<u8, CliError> {
-    let config = crate::config::ServerConfig::load(path).map_err(CliError::task)?;
-    let secrets = config.secrets().map_err(CliError::task)?;
-    let service = crate::app::service::Service::start(config, secrets, Default::default())
-        .await
-        .map_err(|error| CliError {
-            code: exit::INFRA,
-            error,
-        })?;
-    eprintln!("infradev: listening on http://{}", service.addr());
-    tokio::select! {
-        _ = service.wait() => Err(CliError { code: exit::INFRA, error: anyhow::anyhow!("a service loop stopped") }),
-        _ = tokio::signal::ctrl_c() => Ok(exit::RESOLVED),
-    }
-}
-
-pub fn exit_code(verdict: Verdict) -> u8 {
-    match verdict {
-        Verdict::Resolved => exit::RESOLVED,
-        Verdict::Unresolved => exit::UNRESOLVED,
-        Verdict::Tampered => exit::TAMPERED,
-        Verdict::Error => exit::INFRA,
-    }
-}
-
-async fn grade_command(root: &Path, args: GradeArgs) -> Result<u8, CliError> {
-    let task = Registry::resolve(root, &args.task, args.probes.as_deref()).map_err(|e| {
-        CliError::task(anyhow::anyhow!(crate::run::missing_task(
-            root, &args.task, &e
-        )))
-    })?;
-    crate::run::check_rev(&args.repo, &args.head)
-        .map_err(|why| CliError::task(anyhow::anyhow!("--repo/--head: {why}")))?;
-    let request = GradeRequest {
-        task,
-        repo: args.repo,
-        head: args.head,
-        lib: root.join("runners/python"),
-        executor: args.sandbox.choice(),
-        keep_workdir: args.keep_workdir,
-    };
-    let report = grade_with_progress(&request).await?;
-    // `--json -`: the JSON alone on standard output, the summary on standard error.
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    if json_to_stdout {
-        eprint!("{}", render_summary(&report));
-        print!("{}", render_json(&report));
-    } else {
-        print!("{}", render_summary(&report));
-    }
-    let write = |path: &Path, text: String| {
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
-    };
-    if let Some(path) = args.json.as_ref().filter(|_| !json_to_stdout) {
-        write(path, render_json(&report)).map_err(|error| CliError {
-            code: exit::INFRA,
-            error,
-        })?;
-    }
-    if let Some(path) = &args.junit {
-        write(path, render_junit(&report)).map_err(|error| CliError {
-            code: exit::INFRA,
-            error,
-        })?;
-    }
-    Ok(exit_code(report.grade.verdict))
-}
-
-/// Grades with a live progress line on stderr (plain lines when it is not a terminal).
-pub async fn grade_with_progress(request: &GradeRequest) -> Result<Report, CliError> {
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} {prefix:>14} {pos}/{len} {msg} [{elapsed}]",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    let tty = std::io::stderr().is_terminal();
-    let on_progress = |p: Progress| match p {
-        Progress::Preparing(what) => {
-            bar.set_prefix("preparing");
-            bar.set_message(what);
-        }
-        Progress::PhaseStarted { phase, total } => {
-            bar.set_prefix(phase_name(phase));
-            bar.set_length(total as u64);
-            bar.set_position(0);
-            bar.set_message("running");
-            if !tty {
-                eprintln!("{}: running {total}", phase_name(phase));
-            }
-        }
-        Progress::PhaseTick { done, .. } => bar.set_position(done as u64),
-        Progress::PhaseFinished { phase, duration } => {
-            let line = format!(
-                "{}: finished in {:.1}s",
-                phase_name(phase),
-                duration.as_secs_f64()
-            );
-            if tty {
-                bar.println(line);
-            } else {
-                eprintln!("{line}");
-            }
-        }
-    };
-    let report = grade_submission(request, &on_progress).await;
-    bar.finish_and_clear();
-    Ok(report?)
-}
-
-fn phase_name(phase: crate::grading::Phase) -> &'static str {
-    match phase {
-        crate::grading::Phase::Tests => "official tests",
-        crate::grading::Phase::Probes => "probes",
-    }
-}
-
 async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
     match cmd {
         TasksCommand::List => {
@@ -456,8 +373,14 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             for task in &registry.tasks {
                 match task {
                     Ok(t) => println!(
-                        "{:<32} {:<24} #{:<6} {}",
-                        t.id, t.repository, t.pr, t.summary
+                        "{:<32} {:<24} #{:<6} {}{}",
+                        t.id,
+                        t.repository,
+                        t.pr,
+                        t.summary,
+                        crate::validate::quarantined(t)
+                            .map(|why| format!(" [quarantined: {why}]"))
+                            .unwrap_or_default()
                     ),
                     Err(e) => println!("{:<32} (invalid: {e})", "?"),
                 }
@@ -540,6 +463,9 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 }
             }
             for t in registry.tasks.iter().flatten() {
+                if let Some(why) = crate::validate::quarantined(t) {
+                    problems.push(format!("{}: quarantined: {why}", t.id));
+                }
                 match crate::power::run::assess_task(t) {
                     Ok(crate::power::Assessment::NotMeasured) => {
                         println!("{}: probe power not measured yet", t.id)
@@ -592,6 +518,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             host,
             git,
             reference_runs,
+            retries,
             out_dir,
         } => {
             let opts = ValidateOptions {
@@ -599,6 +526,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 cache: Cache::locate(host.cache),
                 git,
                 reference_runs,
+                retries,
                 out_dir,
             };
             // Every task is tried; one that cannot be validated (no clone, a failed

@@ -179,6 +179,14 @@ pub struct WorkerConfig {
     /// Wheel cache for task environments (Docker executor).
     #[serde(default)]
     pub wheels: Option<PathBuf>,
+    /// Reruns of a failing official test or probe (flake handling) unless the task's
+    /// manifests set their own; a result that changes across attempts is `flaky`.
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+}
+
+fn default_retries() -> u32 {
+    crate::grade::DEFAULT_RETRIES
 }
 
 impl Default for WorkerConfig {
@@ -189,6 +197,7 @@ impl Default for WorkerConfig {
             lease_s: default_lease_s(),
             python: default_python(),
             wheels: None,
+            retries: default_retries(),
         }
     }
 }

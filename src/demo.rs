@@ -62,6 +62,7 @@ pub async fn run(root: &Path, executor: &ExecutorChoice) -> Result<u8, CliError>
             lib: root.join("runners/python"),
             executor: executor.clone(),
             keep_workdir: false,
+            retries: crate::grade::DEFAULT_RETRIES,
         };
         let report = grade_with_progress(&request).await?;
         print!("{}", render_summary(&report));

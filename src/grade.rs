@@ -12,7 +12,10 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::canary::Canaries;
-use crate::grading::{Expectation, Outcome, Phase, PhaseEvidence, TestEvidence, grade};
+use crate::grading::{
+    Expectation, Outcome, Phase, PhaseEvidence, Retries, TestEvidence, combine_attempts, grade,
+    needs_rerun, rerun_candidates,
+};
 use crate::guard::{self, GuardFlag};
 use crate::redact::Redactor;
 use crate::report::{PhaseReport, Report, SCHEMA_VERSION, SubmissionRef, TaskRef};
@@ -27,6 +30,8 @@ use crate::workspace::Workspace;
 const OUTPUT_CAP: usize = 256 * 1024;
 /// Size of the scratch tmpfs of each sandbox.
 const SCRATCH_MB: u64 = 256;
+/// Reruns of a failing test or probe when neither the task nor the configuration says.
+pub const DEFAULT_RETRIES: u32 = 2;
 /// How often live progress re-reads the results file.
 const PROGRESS_POLL: Duration = Duration::from_millis(200);
 
@@ -50,15 +55,43 @@ pub struct GradeRequest {
     pub executor: ExecutorChoice,
     /// Keep the private work dir for debugging instead of removing it.
     pub keep_workdir: bool,
+    /// Reruns of a failing test or probe (flake handling) unless the task's manifests set
+    /// their own (`[tests] retries`, `retries` in probes.toml).
+    pub retries: u32,
+}
+
+impl GradeRequest {
+    /// The reruns this grade allows per phase: the task's, else the request's default.
+    pub fn retries(&self) -> Retries {
+        Retries {
+            tests: self.task.tests.retries.unwrap_or(self.retries),
+            probes: self.task.probes.retries.unwrap_or(self.retries),
+        }
+    }
 }
 
 /// Live progress, for a terminal or a log.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Progress {
     Preparing(&'static str),
-    PhaseStarted { phase: Phase, total: usize },
-    PhaseTick { phase: Phase, done: usize },
-    PhaseFinished { phase: Phase, duration: Duration },
+    PhaseStarted {
+        phase: Phase,
+        total: usize,
+    },
+    PhaseTick {
+        phase: Phase,
+        done: usize,
+    },
+    PhaseFinished {
+        phase: Phase,
+        duration: Duration,
+    },
+    /// A fresh sandbox phase for the tests that failed: attempt 2 and on.
+    Rerun {
+        phase: Phase,
+        attempt: u32,
+        total: usize,
+    },
 }
 
 /// Errors that stop a grade before anything about the submission is known.
@@ -121,7 +154,7 @@ pub async fn grade_submission(
                 phase,
                 total: expected.len(),
             });
-            let (report, mut phase_tests) = match &executor {
+            let (reports, mut phase_tests) = match &executor {
                 Ok(executor) => {
                     let ctx = PhaseContext {
                         executor,
@@ -130,17 +163,20 @@ pub async fn grade_submission(
                         run_id: &run_id,
                         redactor: &redactor,
                     };
-                    run_phase(&ctx, phase, &expected, on_progress)
+                    run_attempts(&ctx, phase, &expected, on_progress)
                         .await
                         .map_err(GradeError::Infra)?
                 }
-                Err(infra) => not_run(phase, &expected, infra),
+                Err(infra) => {
+                    let (report, tests) = not_run(phase, &expected, infra);
+                    (vec![report], tests)
+                }
             };
             on_progress(Progress::PhaseFinished {
                 phase,
-                duration: Duration::from_secs_f64(report.duration_s),
+                duration: Duration::from_secs_f64(reports.iter().map(|r| r.duration_s).sum()),
             });
-            phases.push(report);
+            phases.extend(reports);
             tests.append(&mut phase_tests);
         }
     } else {
@@ -241,7 +277,7 @@ pub async fn run_test_files(req: &GradeRequest) -> Result<TestFileRun, GradeErro
         run_id: &run_id,
         redactor: &redactor,
     };
-    let (run, canaries) = run_sandbox(&ctx, Phase::Tests, task.tests.files.clone(), &|_| {})
+    let (run, canaries) = run_sandbox(&ctx, Phase::Tests, 1, task.tests.files.clone(), &|_| {})
         .await
         .map_err(GradeError::Infra)?;
     if let Some(e) = run.end.infra_error {
@@ -463,22 +499,74 @@ struct PhaseContext<'a> {
 /// Slack beyond a phase's own wall clock before the grade gives up on our side.
 const PHASE_GRACE: Duration = Duration::from_secs(180);
 
-async fn run_phase(
+/// A phase and its reruns: the first attempt runs every expected test; each rerun is a fresh
+/// sandbox phase (its own directory, scratch, canaries and run of the executor) for the tests
+/// that still fail, until they pass or the phase's retries are spent. Which tests are rerun
+/// and what their attempts add up to is decided here, on the host, from the evidence
+/// (`grading::needs_rerun`, `grading::combine_attempts`); the sandbox is never told.
+async fn run_attempts(
     ctx: &PhaseContext<'_>,
     phase: Phase,
     expected: &[(Expectation, Expected)],
     on_progress: &(dyn Fn(Progress) + Sync),
+) -> anyhow::Result<(Vec<PhaseReport>, Vec<(Expectation, TestEvidence)>)> {
+    let (first, tests) = run_phase(ctx, phase, 1, expected, on_progress).await?;
+    let firsts: Vec<TestEvidence> = tests.iter().map(|(_, t)| t.clone()).collect();
+    let mut pending = rerun_candidates(&first.evidence, &firsts);
+    let mut reports = vec![first];
+    let mut reruns: Vec<Vec<TestEvidence>> = vec![Vec::new(); tests.len()];
+    for attempt in 2..=ctx.req.retries().for_phase(phase) + 1 {
+        if pending.is_empty() {
+            break;
+        }
+        on_progress(Progress::Rerun {
+            phase,
+            attempt,
+            total: pending.len(),
+        });
+        let subset: Vec<(Expectation, Expected)> =
+            pending.iter().map(|&i| expected[i].clone()).collect();
+        let (report, got) = run_phase(ctx, phase, attempt, &subset, on_progress).await?;
+        for (&i, (_, evidence)) in pending.iter().zip(got) {
+            reruns[i].push(evidence);
+        }
+        pending.retain(|&i| {
+            reruns[i]
+                .last()
+                .is_some_and(|last| needs_rerun(&report.evidence, last))
+        });
+        reports.push(report);
+    }
+    let tests = tests
+        .into_iter()
+        .zip(reruns)
+        .map(|((x, first), reruns)| (x, combine_attempts(first, &reruns)))
+        .collect();
+    Ok((reports, tests))
+}
+
+async fn run_phase(
+    ctx: &PhaseContext<'_>,
+    phase: Phase,
+    attempt: u32,
+    expected: &[(Expectation, Expected)],
+    on_progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<(PhaseReport, Vec<(Expectation, TestEvidence)>)> {
     // Files, not node ids: a node id in a file that fails to import makes pytest stop before
-    // running anything ("not found"), which would hide every other file's results.
+    // running anything ("not found"), which would hide every other file's results. A rerun
+    // names the failing ids: it never reruns an import failure (`build`), and a file that
+    // fails to import only now leaves its ids failing, which they were already.
     let mut targets: Vec<String> = Vec::new();
     for (_, e) in expected {
-        let file = e.id.split("::").next().unwrap_or(&e.id).to_owned();
-        if !targets.contains(&file) {
-            targets.push(file);
+        let target = match attempt {
+            1 => e.id.split("::").next().unwrap_or(&e.id).to_owned(),
+            _ => e.id.clone(),
+        };
+        if !targets.contains(&target) {
+            targets.push(target);
         }
     }
-    let (run, canaries) = run_sandbox(ctx, phase, targets, on_progress).await?;
+    let (run, canaries) = run_sandbox(ctx, phase, attempt, targets, on_progress).await?;
     let (mut phase_evidence, tests) = judge(phase, expected, &run.results, &run.end);
     if let Some(c) = &canaries
         && phase_evidence.infra_error.is_none()
@@ -489,6 +577,7 @@ async fn run_phase(
         PhaseReport {
             evidence: phase_evidence,
             duration_s: run.duration.as_secs_f64(),
+            attempt,
         },
         tests,
     ))
@@ -499,6 +588,7 @@ async fn run_phase(
 async fn run_sandbox(
     ctx: &PhaseContext<'_>,
     phase: Phase,
+    attempt: u32,
     mut targets: Vec<String>,
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<(PhaseRun, Option<Canaries>)> {
@@ -510,7 +600,10 @@ async fn run_sandbox(
         redactor,
     } = *ctx;
     let task = &req.task;
-    let dir = ws.dir().join(format!("{phase:?}").to_lowercase());
+    let dir = match attempt {
+        1 => ws.dir().join(phase.as_str()),
+        n => ws.dir().join(format!("{}-{n}", phase.as_str())),
+    };
     let scratch = dir.join("tmp");
     for d in [&dir, &scratch] {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
@@ -542,7 +635,8 @@ async fn run_sandbox(
     // the submission does can end the phase.
     let canaries = match phase {
         Phase::Tests => {
-            let c = Canaries::new(uuid::Uuid::new_v4().as_u128(), &targets[0]);
+            let first_file = targets[0].split("::").next().unwrap_or(&targets[0]);
+            let c = Canaries::new(uuid::Uuid::new_v4().as_u128(), first_file);
             let path = ws.repo.join(&c.file);
             std::fs::write(&path, &c.source)
                 .with_context(|| format!("cannot write {}", path.display()))?;
@@ -653,6 +747,7 @@ fn not_run(
         PhaseReport {
             evidence: phase_evidence,
             duration_s: 0.0,
+            attempt: 1,
         },
         tests,
     )

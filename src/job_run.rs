@@ -146,6 +146,7 @@ async fn grade(root: &Path, args: &JobRunArgs) -> ResultBody {
         lib: root.join("runners/python"),
         executor: args.sandbox.choice(),
         keep_workdir: false,
+        retries: crate::grade::DEFAULT_RETRIES,
     };
     match grade_submission(&request, &|_| {}).await {
         Ok(report) => body.report = Some(report),

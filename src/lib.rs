@@ -19,6 +19,7 @@ pub mod grading;
 pub mod guard;
 pub mod job_run;
 pub mod lint;
+pub mod logging;
 pub mod power;
 pub mod redact;
 pub mod report;

@@ -350,6 +350,7 @@ impl Expected {
             kill: None,
             declared: self.declared,
             during_collection: false,
+            attempts: Vec::new(),
         }
     }
 }

@@ -6,6 +6,11 @@
 //! * the **reference**, several times: everything passes, with the same outcomes each run;
 //! * a **null patch** (an empty commit on the base): the verdict is not `resolved`.
 //!
+//! Every run reruns what fails (flake handling, `grading::combine_attempts`). A reference
+//! whose results change (a test that passes only on a rerun, or runs that disagree) puts the
+//! task in **quarantine**: `validation.json` says why (`quarantined`), `tasks check` fails
+//! and `tasks list` shows it. Every flaky result of every run is kept in `flakes`.
+//!
 //! The upstream code comes from a local git clone (exact commits) or from the release sdists
 //! that stand in for them (task.toml says which, and why). Each run goes through
 //! [`grade_submission`], the one grading flow. The record (image ids, outcomes, durations,
@@ -40,6 +45,8 @@ pub struct ValidateOptions {
     pub git: Option<PathBuf>,
     /// How many times the reference is graded (flake detection).
     pub reference_runs: usize,
+    /// Reruns of a failing test or probe unless the task sets its own (flake handling).
+    pub retries: u32,
     /// Where records go instead of beside task.toml (`<task-id>.validation.json`).
     pub out_dir: Option<PathBuf>,
 }
@@ -68,6 +75,12 @@ pub struct Validation {
     pub images: Vec<ImageRecord>,
     pub runs: Vec<RunRecord>,
     pub checks: Vec<CheckRecord>,
+    /// Every result that changed across the attempts of one run (docs/tasks-format.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flakes: Vec<FlakeRecord>,
+    /// Why the task is quarantined: its reference flaked. Absent when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined: Option<String>,
     /// Probe power (`infradev tasks power`), kept when the task is validated again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power: Option<crate::power::PowerRecord>,
@@ -105,6 +118,16 @@ pub struct RunRecord {
     pub duration_s: f64,
     /// Test or probe id → outcome (`passed`, `failed`, `skipped`, `not_run`).
     pub outcomes: BTreeMap<String, String>,
+}
+
+/// A test or probe whose result changed across the attempts of one graded run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlakeRecord {
+    /// The run: `base`, `reference-<n>` or `null-patch`.
+    pub run: String,
+    pub id: String,
+    /// Every attempt's outcome, first to last (`failed`, `not_run`, `passed`).
+    pub attempts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,6 +175,7 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
                 wheels: Some(opts.cache.wheels()),
             },
             keep_workdir: false,
+            retries: opts.retries,
         };
         let report = grade_submission(&request, &|_| {})
             .await
@@ -176,6 +200,10 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
         .map(|(n, r)| RunSummary::from_report(n, r))
         .collect();
     let checks = judge(&base_behaviour, &summaries);
+    let quarantined = quarantine(&summaries);
+    if let Some(why) = &quarantined {
+        eprintln!("validate {}: quarantined: {why}", task.id);
+    }
     let validation = Validation {
         schema_version: SCHEMA_VERSION,
         task: task.id.clone(),
@@ -193,6 +221,8 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
             .collect(),
         runs: reports.iter().map(|(n, r)| run_record(n, r)).collect(),
         checks,
+        flakes: reports.iter().flat_map(|(n, r)| flakes_of(n, r)).collect(),
+        quarantined,
         power: None,
     };
     let path = opts.record_path(task);
@@ -212,6 +242,65 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
 pub fn read_validation(path: &Path) -> Option<Validation> {
     let text = std::fs::read_to_string(path).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// Why `task` is quarantined, from its validation.json (beside task.toml), if it is.
+pub fn quarantined(task: &Task) -> Option<String> {
+    read_validation(&task.dir.join(VALIDATION_FILE))?.quarantined
+}
+
+/// The results of one run that changed across its attempts.
+fn flakes_of(name: &str, report: &Report) -> Vec<FlakeRecord> {
+    report
+        .grade
+        .tests
+        .iter()
+        .filter(|t| t.evidence.outcome == Outcome::Flaky)
+        .map(|t| FlakeRecord {
+            run: name.to_owned(),
+            id: t.evidence.id.clone(),
+            attempts: t
+                .evidence
+                .attempts
+                .iter()
+                .map(|o| o.as_str().to_owned())
+                .collect(),
+        })
+        .collect()
+}
+
+/// Why the task must be quarantined, if its reference flaked: a test that passed only on a
+/// rerun in some reference run, or one that passed in some runs and not in others. A
+/// reference that fails the same way every time is broken, not flaky (the checks say so).
+/// Pure: table-tested below.
+pub fn quarantine(runs: &[RunSummary]) -> Option<String> {
+    let references: Vec<&RunSummary> = runs
+        .iter()
+        .filter(|r| r.name.starts_with("reference"))
+        .collect();
+    let mut why = Vec::new();
+    for r in &references {
+        for (_, id, _) in r.tests.iter().filter(|t| t.2 == Outcome::Flaky) {
+            why.push(format!("`{id}` passed only on a rerun in {}", r.name));
+        }
+    }
+    let mut seen: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+    for r in &references {
+        for (_, id, outcome) in &r.tests {
+            let (passed, failed) = seen.entry(id).or_default();
+            match outcome {
+                Outcome::Passed => *passed = true,
+                Outcome::Flaky => {}
+                _ => *failed = true,
+            }
+        }
+    }
+    for (id, _) in seen.iter().filter(|(_, (p, f))| *p && *f) {
+        why.push(format!(
+            "`{id}` passed in some reference runs and not in others"
+        ));
+    }
+    (!why.is_empty()).then(|| format!("the reference is flaky: {}", why.join("; ")))
 }
 
 fn short(sha: &str) -> &str {
@@ -274,6 +363,12 @@ pub fn judge(base_behaviour: &[String], runs: &[RunSummary]) -> Vec<CheckRecord>
     let mut problems = Vec::new();
     if let Some(base) = find("base") {
         for (expectation, id, outcome) in &base.tests {
+            if *outcome == Outcome::Flaky {
+                problems.push(format!(
+                    "`{id}` is flaky on the base (it passed only on a rerun)"
+                ));
+                continue;
+            }
             let passed = *outcome == Outcome::Passed;
             let marked = base_behaviour.contains(id);
             match expectation {
@@ -662,6 +757,11 @@ mod tests {
                 0,
                 "probe `p::guard` is marked checks_base_behaviour",
             ),
+            (
+                &[(F2P, "t::new", Outcome::Flaky)],
+                0,
+                "`t::new` is flaky on the base (it passed only on a rerun)",
+            ),
         ];
         for (base, check, words) in table {
             let found = problems(base, &[ALL_PASS], Verdict::Unresolved);
@@ -693,6 +793,38 @@ mod tests {
             found[3],
             vec!["an empty change is graded resolved".to_owned()]
         );
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn a_reference_that_flakes_quarantines_the_task() {
+        use Outcome::Flaky;
+        let refs = |runs: &[Tests]| -> Vec<RunSummary> {
+            let mut all = vec![run("base", Verdict::Unresolved, GOOD_BASE)];
+            all.extend(runs.iter().enumerate().map(|(i, t)| run(&format!("reference-{}", i + 1), Verdict::Resolved, t)));
+            all.push(run("null-patch", Verdict::Unresolved, GOOD_BASE));
+            all
+        };
+        let flaky_probe: Tests = &[(F2P, "t::new", Passed), (Probe, "p::new", Flaky)];
+        let failing: Tests = &[(F2P, "t::new", Failed), (Probe, "p::new", Passed)];
+        let always_failing: Tests = &[(F2P, "t::new", Failed), (Probe, "p::new", Passed)];
+        // runs of the reference, the reason (None: not quarantined)
+        let rows: Vec<(Vec<Tests>, Option<&str>)> = vec![
+            (vec![ALL_PASS, ALL_PASS, ALL_PASS], None),
+            // Broken the same way every time: the checks fail, but it is not a flake.
+            (vec![always_failing, always_failing], None),
+            (vec![ALL_PASS, flaky_probe],
+             Some("the reference is flaky: `p::new` passed only on a rerun in reference-2")),
+            (vec![ALL_PASS, failing],
+             Some("the reference is flaky: `t::new` passed in some reference runs and not in others")),
+        ];
+        for (runs, want) in rows {
+            assert_eq!(quarantine(&refs(&runs)).as_deref(), want, "{runs:?}");
+        }
+        // A flaky base or null patch is not the reference's flake.
+        let mut all = refs(&[ALL_PASS]);
+        all[0].tests[0].2 = Flaky;
+        assert_eq!(quarantine(&all), None);
     }
 }
 

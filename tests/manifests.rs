@@ -222,3 +222,89 @@ fn list_and_show_never_print_probe_source() {
         "{shown}"
     );
 }
+
+#[test]
+fn retries_are_bounded_and_named_with_their_line() {
+    let s = Scratch::new();
+    let line = s.replace_line(
+        &s.task_toml(),
+        "default_category",
+        "default_category = \"state\"\nretries = 9",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert_names(
+        &out,
+        &s.task_toml(),
+        line + 1,
+        "tests.retries",
+        "9 reruns is too many (at most 5)",
+    );
+
+    let s = Scratch::new();
+    let line = s.replace_line(
+        &s.probes_toml(),
+        "task =",
+        &format!("task = \"{TASK}\"\nretries = 6"),
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert_names(
+        &out,
+        &s.probes_toml(),
+        line + 1,
+        "retries",
+        "6 reruns is too many",
+    );
+
+    // In range, both are accepted (without the power record, whose probe digest the edit
+    // of probes.toml would make stale).
+    let s = Scratch::new();
+    std::fs::remove_file(s.task_toml().with_file_name("validation.json")).unwrap();
+    s.replace_line(
+        &s.task_toml(),
+        "default_category",
+        "default_category = \"state\"\nretries = 0",
+    );
+    s.replace_line(
+        &s.probes_toml(),
+        "task =",
+        &format!("task = \"{TASK}\"\nretries = 5"),
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 0, "{out}");
+}
+
+/// A task whose reference flaked in `tasks validate` is quarantined: validation.json says
+/// why, `tasks check` fails naming it and `tasks list` shows it.
+#[test]
+fn a_quarantined_task_fails_check_and_list_shows_why() {
+    let s = Scratch::new();
+    let record = s.task_toml().with_file_name("validation.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let why =
+        "the reference is flaky: `test_time.py::test_x` passed only on a rerun in reference-2";
+    v["quarantined"] = why.into();
+    std::fs::write(&record, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!("{TASK}: quarantined: {why}")),
+        "{out}"
+    );
+    let list = Command::new(env!("CARGO_BIN_EXE_infradev"))
+        .arg("--root")
+        .arg(s.dir.path())
+        .args(["tasks", "list"])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(list.contains(&format!("[quarantined: {why}]")), "{list}");
+
+    // Validated again without the quarantine, it is lifted.
+    v.as_object_mut().unwrap().remove("quarantined");
+    std::fs::write(&record, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let (code, out) = s.check();
+    assert_eq!(code, 0, "{out}");
+}

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sha2::{Digest, Sha256};
-use support::{TASK, copy_dir, docker_ready, example_repo, git, root};
+use support::{
+    FLAKY_PROBE, TASK, add_flaky_probe, copy_dir, docker_ready, example_repo, git, root,
+};
 
 /// A root holding a copy of the example task and its probes, with runners/ linked in.
 struct Scratch {
@@ -180,6 +182,55 @@ fn a_task_whose_expectations_are_wrong_is_not_valid_and_says_which_test() {
     assert!(
         c[1].1 && c[3].1,
         "the reference and null-patch checks still pass: {c:?}"
+    );
+}
+
+/// A reference that passes a probe only on the host's rerun: `tasks validate` records the
+/// flake and quarantines the task with the reason; `tasks check` then fails naming it.
+#[test]
+fn a_reference_that_flakes_in_validation_quarantines_the_task() {
+    if !docker_ready() {
+        return;
+    }
+    let s = Scratch::new();
+    add_flaky_probe(&s.path().join("probes").join(TASK), None);
+    let repo = example_repo().display().to_string();
+    let (code, out) = s.run(&[
+        "tasks",
+        "validate",
+        TASK,
+        "--git",
+        &repo,
+        "--reference-runs",
+        "1",
+        "--retries",
+        "1",
+    ]);
+    assert_eq!(code, 2, "a task problem: {out}");
+    let v = s.validation();
+    assert_eq!(v["ok"], false);
+    let why = v["quarantined"].as_str().expect("quarantined");
+    assert!(
+        why.contains(&format!(
+            "`{FLAKY_PROBE}` passed only on a rerun in reference-1"
+        )),
+        "{why}"
+    );
+    assert!(out.contains("quarantined"), "{out}");
+    let reference = &v["runs"][1];
+    assert_eq!(reference["outcomes"][FLAKY_PROBE], "flaky", "{v:#}");
+    let flakes = v["flakes"].as_array().unwrap();
+    assert!(
+        flakes.iter().any(|f| f["run"] == "reference-1"
+            && f["id"] == FLAKY_PROBE
+            && f["attempts"] == serde_json::json!(["failed", "passed"])),
+        "{v:#}"
+    );
+    let (code, out) = s.run(&["tasks", "check"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!("{TASK}: quarantined: {why}")),
+        "{out}"
     );
 }
 

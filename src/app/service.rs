@@ -209,6 +209,7 @@ impl Service {
                 root: root.clone(),
                 web_url: config.github.web_url.clone(),
                 executor: executor.clone(),
+                retries: config.worker.retries,
                 lease: Duration::from_secs(config.worker.lease_s),
                 owner: format!(
                     "{host}/{}/{}/{slot}",

@@ -45,6 +45,8 @@ pub struct Worker {
     /// The web URL repositories are cloned from (`https://github.com/`).
     pub web_url: String,
     pub executor: ExecutorChoice,
+    /// Reruns of a failing test or probe unless the task sets its own (`[worker] retries`).
+    pub retries: u32,
     pub lease: Duration,
     /// This worker's lease owner name (host, process, slot).
     pub owner: String,
@@ -161,6 +163,7 @@ impl Worker {
             lib: self.root.join("runners/python"),
             executor: self.executor.clone(),
             keep_workdir: false,
+            retries: self.retries,
         };
         match grade_submission(&request, &|_| {}).await {
             Ok(report) => Ok(report),

@@ -1,16 +1,10 @@
 //! `infradev`: see `infradev --help` and README.md.
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("INFRADEV_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = infradev::cli::Cli::parse();
+    infradev::logging::init(cli.log_format, cli.default_log_level());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -18,6 +18,10 @@ pub struct DoctorArgs {
     /// The interpreter of the local executor.
     #[arg(long, env = "INFRADEV_PYTHON", default_value = "/usr/bin/python3")]
     pub python: PathBuf,
+    /// The server's configuration: also check its store (connection and migrations) and
+    /// that its GitHub API answers (what `serve` needs).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -165,6 +169,10 @@ pub async fn doctor_command(root: &Path, args: DoctorArgs) -> u8 {
             ),
         ),
     }
+    layers(&mut c, root, &tasks);
+    if let Some(path) = &args.config {
+        server(&mut c, path).await;
+    }
     if runs(&args.python, &["-c", "import pytest"]) {
         c.line(
             Level::Ok,
@@ -186,5 +194,110 @@ pub async fn doctor_command(root: &Path, args: DoctorArgs) -> u8 {
     } else {
         println!("{} check(s) failed", c.failed);
         exit::INFRA
+    }
+}
+
+/// The shared environment layers the tasks name: each needs its requirements file.
+fn layers(c: &mut Checks, root: &Path, tasks: &[crate::task::Task]) {
+    let named: BTreeSet<&str> = tasks
+        .iter()
+        .filter_map(|t| t.environment.layer.as_deref())
+        .collect();
+    for layer in named {
+        let file = root
+            .join("runners/layers")
+            .join(layer)
+            .join("requirements.txt");
+        if file.is_file() {
+            c.line(Level::Ok, "layer", layer);
+        } else {
+            let users: Vec<&str> = tasks
+                .iter()
+                .filter(|t| t.environment.layer.as_deref() == Some(layer))
+                .map(|t| t.id.as_str())
+                .collect();
+            c.line(
+                Level::Fail,
+                "layer",
+                format!(
+                    "{layer}: {} is missing (needed by {})",
+                    file.display(),
+                    users.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+/// What `serve` needs besides grading: its configuration, its store, GitHub's API.
+async fn server(c: &mut Checks, path: &Path) {
+    let config = match crate::config::ServerConfig::load(path) {
+        Ok(config) => {
+            c.line(Level::Ok, "config", path.display().to_string());
+            config
+        }
+        Err(e) => {
+            c.line(Level::Fail, "config", format!("{e:#}"));
+            return;
+        }
+    };
+    let url = &config.store.url;
+    let shown = url.split('@').next_back().unwrap_or(url);
+    match crate::store::check::check(url).await {
+        Ok(s) => match s.applied {
+            None => c.line(
+                Level::Ok,
+                "store",
+                format!(
+                    "{} {shown}: empty; `serve` applies migrations 1-{} on start",
+                    s.backend.as_str(),
+                    s.latest
+                ),
+            ),
+            Some(v) if v == s.latest => c.line(
+                Level::Ok,
+                "store",
+                format!("{} {shown}: schema {v}, up to date", s.backend.as_str()),
+            ),
+            Some(v) if v < s.latest => c.line(
+                Level::Warn,
+                "store",
+                format!(
+                    "{} {shown}: schema {v} of {}; `serve` migrates it on start",
+                    s.backend.as_str(),
+                    s.latest
+                ),
+            ),
+            Some(v) => c.line(
+                Level::Fail,
+                "store",
+                format!(
+                    "{} {shown}: schema {v} is newer than this binary's {} (an older InfraDev)",
+                    s.backend.as_str(),
+                    s.latest
+                ),
+            ),
+        },
+        Err(e) => c.line(Level::Fail, "store", format!("{shown}: {e:#}")),
+    }
+    let api = &config.github.api_url;
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build();
+    let answer = match client {
+        Ok(client) => client.get(api).send().await.map(|r| r.status()),
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(status) => c.line(
+            Level::Ok,
+            "github",
+            format!("{api} answers (HTTP {})", status.as_u16()),
+        ),
+        Err(e) => c.line(
+            Level::Fail,
+            "github",
+            format!("cannot reach {api}: {e} (github.api_url; serve needs it)"),
+        ),
     }
 }

@@ -1,9 +1,11 @@
 //! Commands whose flow lives outside `cli.rs`: argument structs and their I/O, calling the
-//! pipeline (`run`), the pure aggregation (`stats`) and the skill renderer (`skill`); `source`
-//! is where their grades come from.
+//! pipeline (`grade`, `run`), the App (`serve`), the pure aggregation (`stats`) and the skill
+//! renderer (`skill`); `source` is where their grades come from.
 
 pub mod doctor;
+pub mod grade;
 pub mod run;
+pub mod serve;
 pub mod skill;
 pub mod source;
 pub mod stats;

@@ -52,6 +52,7 @@ pub async fn run_command(root: &std::path::Path, args: RunArgs) -> Result<u8, Cl
         jobs: usize::from(args.jobs),
         resume: args.resume,
         executor: args.sandbox.choice(),
+        retries: args.sandbox.retries,
     };
     let result = run(&opts).await.map_err(|e| match e {
         RunError::Usage(msg) => CliError {

@@ -150,6 +150,7 @@ mod tests {
             kill: None,
             declared: None,
             during_collection: false,
+            attempts: Vec::new(),
         }
     }
 

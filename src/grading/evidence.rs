@@ -84,6 +84,9 @@ pub enum Outcome {
     Skipped,
     /// Expected but never reported: not collected, or the sandbox died before it ran.
     NotRun,
+    /// Did not pass on its first attempt and passed on a rerun (a fresh sandbox phase the host
+    /// started): the result changed across attempts. Never a pass (docs/grade-json.md).
+    Flaky,
 }
 
 impl Outcome {
@@ -93,6 +96,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Skipped => "skipped",
             Outcome::NotRun => "not_run",
+            Outcome::Flaky => "flaky",
         }
     }
 }
@@ -154,6 +158,10 @@ pub struct TestEvidence {
     pub declared: Option<Category>,
     /// The exception came from collecting (importing) the test file, not from running it.
     pub during_collection: bool,
+    /// The outcome of every attempt, first to last, when the host reran the test (empty when
+    /// it ran once). Never set from anything the sandbox sends: [`super::combine_attempts`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Outcome>,
 }
 
 /// What is known about a phase as a whole.

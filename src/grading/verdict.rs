@@ -14,7 +14,9 @@
 //! 5. **Inconsistent phase** (results disagree with the exit status) → `Unresolved`: only the
 //!    submission's code runs in the sandbox besides our plugin, so tampering is its fault, and
 //!    results we cannot trust must never make a submission `Resolved`.
-//! 6. Otherwise `Resolved` iff every test passed (`Skipped` and `NotRun` are not passes).
+//! 6. Otherwise `Resolved` iff every test passed (`Skipped`, `NotRun` and `Flaky` are not
+//!    passes: a test that failed once and passed on a rerun does not resolve; the reason
+//!    counts the flaky ones).
 
 use std::collections::BTreeMap;
 
@@ -107,6 +109,13 @@ pub struct GradeCounts {
     pub official: CategoryCounts,
     pub probes: CategoryCounts,
     pub total: CategoryCounts,
+    /// Tests and probes whose outcome is `flaky` (also counted in their category above).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub flaky: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -177,6 +186,7 @@ fn grade_one(
 fn count(tests: &[GradedTest]) -> GradeCounts {
     let mut counts = GradeCounts::default();
     for test in tests {
+        counts.flaky += usize::from(test.evidence.outcome == Outcome::Flaky);
         let Some(category) = test.category else {
             continue;
         };
@@ -269,8 +279,16 @@ fn failure_reason(tests: &[GradedTest]) -> String {
             continue;
         }
         let by_category: Vec<String> = failed.0.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        let flaky = group
+            .iter()
+            .filter(|t| t.evidence.outcome == Outcome::Flaky)
+            .count();
+        let flaky = match flaky {
+            0 => String::new(),
+            n => format!("; {n} flaky"),
+        };
         parts.push(format!(
-            "{} of {} {name} fail ({})",
+            "{} of {} {name} fail ({}{flaky})",
             failed.total(),
             group.len(),
             by_category.join(", ")
@@ -325,6 +343,7 @@ mod tests {
             kill: None,
             declared: None,
             during_collection: false,
+            attempts: Vec::new(),
         }
     }
 
@@ -365,7 +384,7 @@ mod tests {
     #[test]
     #[rustfmt::skip]
     fn verdict_table() {
-        use Outcome::{Failed as F, NotRun as N, Passed as P, Skipped as S};
+        use Outcome::{Failed as F, Flaky as K, NotRun as N, Passed as P, Skipped as S};
         use Verdict::*;
         let infra_probes = || {
             let mut p = phase(Phase::Probes);
@@ -393,6 +412,10 @@ mod tests {
              "official tests pass but 1 of 2 probes fail (state 1)"),
             ("not run is not passed", None, both(), [N, P, P, P], Unresolved, false,
              "1 of 1 FAIL_TO_PASS fail (state 1)"),
+            ("a flaky probe does not resolve", None, both(), [P, P, K, P], Unresolved, true,
+             "official tests pass but 1 of 2 probes fail (state 1; 1 flaky)"),
+            ("a flaky official test does not resolve", None, both(), [K, P, P, K], Unresolved, false,
+             "1 of 1 FAIL_TO_PASS fail (state 1; 1 flaky); 1 of 2 probes fail (memory 1; 1 flaky)"),
             ("apply error", Some("error: patch failed\nsecond line"), both(), [P, P, P, P], Unresolved, false,
              "the change does not apply: error: patch failed"),
             ("infra beats failures", None, infra_probes(), [F, P, F, P], Error, false,

@@ -218,6 +218,9 @@ async fn grade_step(
             wheels: Some(opts.cache.wheels()),
         },
         keep_workdir: false,
+        // A mutant is graded once: power counts kills, and a rerun per failure would
+        // multiply the cost of every killed mutant.
+        retries: 0,
     };
     let report = grade_submission(&request, &|_| {}).await?;
     if report.grade.verdict == Verdict::Error {
@@ -402,6 +405,7 @@ pub async fn power_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<Powe
         cache: opts.cache.clone(),
         git: opts.git.clone(),
         reference_runs: 1,
+        retries: 0,
         out_dir: None,
     };
     let source = Source::prepare(task, &validate_opts).await?;

@@ -80,6 +80,7 @@ fn evidence_message_and_exception() {
         kill: None,
         declared: None,
         during_collection: false,
+        attempts: Vec::new(),
     };
     redactor().redact_evidence(&mut e);
     assert_eq!(

@@ -59,6 +59,7 @@ fn test(id: &str, outcome: Outcome) -> TestEvidence {
         kill: None,
         declared,
         during_collection: false,
+        attempts: Vec::new(),
     }
 }
 
@@ -109,6 +110,7 @@ fn report(
             .map(|evidence| PhaseReport {
                 evidence,
                 duration_s: 4.25,
+                attempt: 1,
             })
             .collect(),
         grade,
@@ -173,10 +175,44 @@ pub(crate) fn probes_reject() -> Report {
     r
 }
 
+/// Everything passes on the first attempt but the memory probe, which goes over its budget
+/// and passes when the host reruns it: flaky, so not resolved.
+pub(crate) fn flaky() -> Report {
+    let mut first = failing(
+        MEMORY,
+        "infradev_pytest.MemoryBudgetExceeded",
+        "peak 40.5 MB over budget 32.0 MB",
+    );
+    first.budget = Some(BudgetBreach {
+        kind: BudgetKind::Memory,
+        measured: 40.5,
+        limit: 32.0,
+    });
+    let memory = crate::grading::combine_attempts(first, &[test(MEMORY, Outcome::Passed)]);
+    let phases = vec![phase(Phase::Tests, 0), phase(Phase::Probes, 1)];
+    let mut r = report(
+        None,
+        phases,
+        [
+            test(F2P, Outcome::Passed),
+            test(P2P, Outcome::Passed),
+            test(STATE, Outcome::Passed),
+            memory,
+        ],
+    );
+    r.phases.push(PhaseReport {
+        evidence: phase(Phase::Probes, 0),
+        duration_s: 1.5,
+        attempt: 2,
+    });
+    r
+}
+
 /// The change has a syntax error, and it touched conftest.py, which the guard restored.
 pub(crate) fn build_failure() -> Report {
     let syntax = |id| TestEvidence {
         during_collection: true,
+        attempts: Vec::new(),
         ..failing(id, "SyntaxError", "invalid syntax (opt.py, line 12)")
     };
     let phases = vec![phase(Phase::Tests, 2), phase(Phase::Probes, 2)];

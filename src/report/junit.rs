@@ -69,5 +69,11 @@ fn test_case(test: &GradedTest) -> TestCase {
         case.set_classname(classname);
     }
     case.add_property(Property::new("expectation", test.expectation.as_str()));
+    if !e.attempts.is_empty() {
+        // A flaky test is a failure (never a pass); the attempts say what happened.
+        case.add_property(Property::new("outcome", e.outcome.as_str()));
+        let attempts: Vec<&str> = e.attempts.iter().map(|o| o.as_str()).collect();
+        case.add_property(Property::new("attempts", attempts.join(",")));
+    }
     case
 }

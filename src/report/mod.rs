@@ -97,6 +97,13 @@ pub struct GuardFlag {
 pub struct PhaseReport {
     pub evidence: PhaseEvidence,
     pub duration_s: f64,
+    /// 1 for a phase's first run; 2 and on for the reruns of the tests that failed in it.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 #[cfg(test)]

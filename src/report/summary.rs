@@ -157,6 +157,24 @@ fn counts(out: &mut String, report: &Report) {
         );
         let _ = writeln!(out, "  {:<19} {o:>8}  {p:>6}  {t:>5}", category.as_str());
     }
+    if c.flaky > 0 {
+        let _ = writeln!(
+            out,
+            "  of which flaky      {:>8}  {:>6}  {:>5}",
+            flaky(report, true),
+            flaky(report, false),
+            c.flaky
+        );
+    }
+}
+
+fn flaky(report: &Report, official: bool) -> usize {
+    report
+        .grade
+        .tests
+        .iter()
+        .filter(|t| t.expectation.is_official() == official && t.evidence.outcome == Outcome::Flaky)
+        .count()
 }
 
 fn phases(out: &mut String, report: &Report) {
@@ -167,6 +185,9 @@ fn phases(out: &mut String, report: &Report) {
     for phase in &report.phases {
         let e = &phase.evidence;
         let mut line = format!("  {:<7} {:>7.1} s", e.phase.as_str(), phase.duration_s);
+        if phase.attempt > 1 {
+            let _ = write!(line, "  rerun (attempt {})", phase.attempt);
+        }
         if let Some(code) = e.exit_code {
             let _ = write!(line, "  exit {code}");
         }
@@ -189,6 +210,23 @@ fn outcome(outcome: Outcome) -> &'static str {
         Outcome::Failed => "FAIL",
         Outcome::Skipped => "SKIP",
         Outcome::NotRun => "NOT RUN",
+        Outcome::Flaky => "FLAKY",
+    }
+}
+
+/// "flaky: failed, then passed on attempt 3 (not a pass)" or "failed on all 3 attempts".
+pub(super) fn attempts_text(attempts: &[Outcome]) -> String {
+    match attempts.iter().position(|o| *o == Outcome::Passed) {
+        Some(i) => format!(
+            "flaky: {}, then passed on attempt {} (not a pass)",
+            attempts[..i]
+                .iter()
+                .map(|o| o.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            i + 1
+        ),
+        None => format!("did not pass on any of {} attempts", attempts.len()),
     }
 }
 
@@ -205,6 +243,9 @@ fn kill_text(kill: Kill) -> &'static str {
 pub(super) fn failure_message(test: &GradedTest) -> Option<String> {
     let e = &test.evidence;
     let mut parts = Vec::new();
+    if !e.attempts.is_empty() {
+        parts.push(attempts_text(&e.attempts));
+    }
     if let Some(b) = &e.budget {
         parts.push(format!(
             "{} budget: measured {} over limit {}",

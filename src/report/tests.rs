@@ -1,5 +1,5 @@
 use super::fixtures::{
-    PROBE_SOURCE, build_failure, infra_error, not_applied, probes_reject, resolved,
+    PROBE_SOURCE, build_failure, flaky, infra_error, not_applied, probes_reject, resolved,
 };
 use super::{Report, render_json, render_junit, render_summary};
 
@@ -334,7 +334,8 @@ fn json_build_failure() {
             "inconsistent": null,
             "tampered": null
           },
-          "duration_s": 4.25
+          "duration_s": 4.25,
+          "attempt": 1
         },
         {
           "evidence": {
@@ -345,7 +346,8 @@ fn json_build_failure() {
             "inconsistent": null,
             "tampered": null
           },
-          "duration_s": 4.25
+          "duration_s": 4.25,
+          "attempt": 1
         }
       ],
       "grade": {
@@ -490,4 +492,47 @@ fn documented_example_parses() {
     let report: Report = serde_json::from_str(example).unwrap();
     assert!(report.grade.official_passed_but_probes_failed);
     assert!(!example.contains("PROBE-SECRET"));
+}
+
+/// A probe that failed and then passed on the host's rerun: `FLAKY`, never a pass, in every
+/// rendering; the verdict is unresolved and says so.
+#[test]
+fn flaky_results_are_their_own_outcome_and_never_a_pass() {
+    let r = flaky();
+    assert_eq!(r.grade.verdict, crate::grading::Verdict::Unresolved);
+    assert_eq!(r.grade.counts.flaky, 1);
+    insta::assert_snapshot!("summary_flaky", render_summary(&r));
+
+    let json: serde_json::Value = serde_json::from_str(&render_json(&r)).unwrap();
+    let memory = &json["grade"]["tests"][3];
+    assert_eq!(memory["evidence"]["outcome"], "flaky");
+    assert_eq!(
+        memory["evidence"]["attempts"],
+        serde_json::json!(["failed", "passed"])
+    );
+    assert_eq!(memory["category"], "memory");
+    assert_eq!(json["grade"]["counts"]["flaky"], 1);
+    assert_eq!(json["phases"][2]["attempt"], 2);
+    // Tests that ran once carry no attempts at all.
+    assert!(
+        json["grade"]["tests"][0]["evidence"]
+            .get("attempts")
+            .is_none()
+    );
+
+    let junit = render_junit(&r);
+    let case = junit
+        .split("<testcase")
+        .find(|c| c.contains("test_history_is_bounded"))
+        .unwrap();
+    assert!(case.contains("<failure"), "{case}");
+    assert!(case.contains(r#"name="outcome" value="flaky""#), "{case}");
+    assert!(
+        case.contains(r#"name="attempts" value="failed,passed""#),
+        "{case}"
+    );
+    assert!(
+        case.contains("flaky: failed, then passed on attempt 2 (not a pass)"),
+        "{case}"
+    );
 }

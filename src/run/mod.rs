@@ -23,6 +23,7 @@ use crate::grade::{
 };
 use crate::task::{Registry, Task};
 
+pub mod flakes;
 pub mod record;
 pub mod report;
 pub mod submissions;
@@ -43,6 +44,8 @@ pub struct RunOptions {
     pub jobs: usize,
     pub resume: bool,
     pub executor: ExecutorChoice,
+    /// Reruns of a failing test or probe unless a task sets its own (flake handling).
+    pub retries: u32,
 }
 
 /// Why a run did not start: bad input (usage, exit 2) or our side (infra, exit 3).
@@ -291,18 +294,19 @@ pub async fn run(opts: &RunOptions) -> Result<RunResult, RunError> {
     let mut set = tokio::task::JoinSet::new();
     for s in pending.iter().map(|s| (*s).clone()) {
         let task = tasks[&s.task].clone();
-        let (semaphore, display, dir, lib, executor) = (
+        let (semaphore, display, dir, lib, executor, retries) = (
             semaphore.clone(),
             display.clone(),
             dir.clone(),
             lib.clone(),
             opts.executor.clone(),
+            opts.retries,
         );
         set.spawn(async move {
             let _permit = semaphore.acquire_owned().await;
             display.started();
             let t0 = Instant::now();
-            let outcome = grade_one(&s, &task, &lib, &executor).await;
+            let outcome = grade_one(&s, &task, &lib, &executor, retries).await;
             let record = Record::new(&s, &task.repository, t0.elapsed().as_secs_f64(), outcome);
             let written = record.write(&record_path(&dir, &s.key));
             display.finished(&record);
@@ -346,7 +350,12 @@ pub async fn run(opts: &RunOptions) -> Result<RunResult, RunError> {
         wall_s: started.elapsed().as_secs_f64(),
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     };
+    let flakes = flakes::build(&meta.run_id, &records);
     let report = report::build(meta, &records);
+    let flakes = serde_json::to_vec_pretty(&flakes)
+        .context("cannot serialise the flake record")
+        .map_err(infra)?;
+    write_atomically(&dir.join("flakes.json"), &flakes).map_err(infra)?;
     let json = serde_json::to_vec_pretty(&report)
         .context("cannot serialise the run report")
         .map_err(infra)?;
@@ -369,7 +378,13 @@ fn valid_run_id(id: &str) -> bool {
 }
 
 /// Grades one submission; a fault of ours becomes an infra outcome, never a verdict.
-async fn grade_one(s: &Submission, task: &Task, lib: &Path, executor: &ExecutorChoice) -> Outcome {
+async fn grade_one(
+    s: &Submission,
+    task: &Task,
+    lib: &Path,
+    executor: &ExecutorChoice,
+    retries: u32,
+) -> Outcome {
     let repo_label = s.repo.display().to_string();
     let prepared = match &s.change {
         Change::Rev(rev) => Ok(Prepared {
@@ -407,6 +422,7 @@ async fn grade_one(s: &Submission, task: &Task, lib: &Path, executor: &ExecutorC
         lib: lib.to_path_buf(),
         executor: executor.clone(),
         keep_workdir: false,
+        retries,
     };
     match grade_submission(&request, &|_| {}).await {
         Ok(mut report) => {

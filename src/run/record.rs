@@ -105,6 +105,20 @@ impl Record {
         }
     }
 
+    /// The ids of the tests and probes whose outcome is `flaky`.
+    pub fn flaky_tests(&self) -> Vec<String> {
+        match &self.outcome {
+            Outcome::Graded { report } => report
+                .grade
+                .tests
+                .iter()
+                .filter(|t| t.evidence.outcome == crate::grading::Outcome::Flaky)
+                .map(|t| t.evidence.id.clone())
+                .collect(),
+            Outcome::Infra { .. } => Vec::new(),
+        }
+    }
+
     pub fn sample(&self) -> Sample {
         match &self.outcome {
             Outcome::Graded { report } => Sample::from_report(report, self.labels.clone()),

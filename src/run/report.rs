@@ -43,6 +43,10 @@ pub struct SubmissionRow {
     pub rejected_by_probes: bool,
     /// Categories of the submission's failures (never `infra`).
     pub categories: Vec<String>,
+    /// Tests and probes that failed and then passed on a rerun (never a pass; the task's
+    /// entries in flakes.json list them all).
+    #[serde(default)]
+    pub flaky: Vec<String>,
     pub duration_s: f64,
 }
 
@@ -105,6 +109,7 @@ pub fn build(meta: RunMeta, records: &[Record]) -> RunReport {
             outcome: r.outcome_name().to_owned(),
             rejected_by_probes: s.rejected_by_probes,
             categories: s.categories.iter().map(|c| c.as_str().to_owned()).collect(),
+            flaky: r.flaky_tests(),
             duration_s: r.duration_s,
         })
         .collect();
@@ -186,11 +191,14 @@ pub fn render_report_markdown(r: &RunReport) -> String {
     }
     out.push_str("\n## Submissions\n\n| line | submission | task | agent | outcome | categories | seconds |\n|---:|---|---|---|---|---|---:|\n");
     for s in &r.results {
-        let outcome = if s.rejected_by_probes {
+        let mut outcome = if s.rejected_by_probes {
             format!("{} (rejected by probes)", s.outcome)
         } else {
             s.outcome.clone()
         };
+        if !s.flaky.is_empty() {
+            let _ = write!(outcome, ", {} flaky", s.flaky.len());
+        }
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {:.1} |",

@@ -76,6 +76,9 @@ pub struct Sample {
     pub rejected_by_probes: bool,
     /// The categories of the sample's failures (never `infra`).
     pub categories: BTreeSet<Category>,
+    /// Some test or probe failed and then passed on a rerun (only for graded samples): a
+    /// flaky result, which never counts as a pass.
+    pub flaky: bool,
 }
 
 impl Sample {
@@ -113,6 +116,7 @@ impl Sample {
             official_passed,
             rejected_by_probes: graded && report.grade.official_passed_but_probes_failed,
             categories,
+            flaky: outcome != SampleOutcome::Infra && report.grade.counts.flaky > 0,
         }
     }
 
@@ -126,6 +130,7 @@ impl Sample {
             official_passed: false,
             rejected_by_probes: false,
             categories: BTreeSet::new(),
+            flaky: false,
         }
     }
 }
@@ -151,6 +156,10 @@ pub struct Tally {
     pub rejected_by_probes: usize,
     /// `rejected_by_probes / official_passed`; absent when no sample passed the official tests.
     pub rejected_by_probes_share: Option<f64>,
+    /// Graded samples with a flaky result (a test or probe that failed, then passed on a
+    /// rerun); never resolved, so they are among `unresolved`.
+    #[serde(default)]
+    pub flaky: usize,
 }
 
 impl Tally {
@@ -168,6 +177,7 @@ impl Tally {
         self.graded = self.submissions - self.infra_errors;
         self.official_passed += usize::from(s.official_passed);
         self.rejected_by_probes += usize::from(s.rejected_by_probes);
+        self.flaky += usize::from(s.flaky);
         self.resolved_rate = ratio(self.resolved, self.graded);
         self.rejected_by_probes_share = ratio(self.rejected_by_probes, self.official_passed);
     }

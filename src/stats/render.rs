@@ -39,11 +39,12 @@ pub fn render_text(stats: &Stats) -> String {
     let o = &stats.overall;
     let _ = writeln!(
         out,
-        "resolved {} of {} graded ({}); {} tampered; {} infra error(s), not counted",
+        "resolved {} of {} graded ({}); {} tampered; {} flaky; {} infra error(s), not counted",
         o.resolved,
         o.graded,
         pct(o.resolved_rate),
         o.tampered,
+        o.flaky,
         o.infra_errors
     );
     let _ = writeln!(
@@ -74,9 +75,10 @@ fn text_table(out: &mut String, title: &str, rows: &[Row]) {
         "rate",
         "official ok",
         "probes rejected",
+        "flaky",
         "infra",
     ];
-    let body: Vec<[String; 7]> = rows
+    let body: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             let t = &r.tally;
@@ -91,6 +93,7 @@ fn text_table(out: &mut String, title: &str, rows: &[Row]) {
                     t.rejected_by_probes,
                     pct(t.rejected_by_probes_share)
                 ),
+                t.flaky.to_string(),
                 t.infra_errors.to_string(),
             ]
         })
@@ -163,11 +166,12 @@ pub fn render_markdown(stats: &Stats) -> String {
     let o = &stats.overall;
     let _ = writeln!(
         out,
-        "**Resolved: {} of {} graded ({})**; {} tampered; {} infra error(s), not counted against any agent.\n",
+        "**Resolved: {} of {} graded ({})**; {} tampered; {} flaky (a result that changed on a rerun, never a pass); {} infra error(s), not counted against any agent.\n",
         o.resolved,
         o.graded,
         pct(o.resolved_rate),
         o.tampered,
+        o.flaky,
         o.infra_errors
     );
     let _ = writeln!(
@@ -184,13 +188,13 @@ pub fn render_markdown(stats: &Stats) -> String {
     ] {
         let _ = writeln!(
             out,
-            "\n## {heading}\n\n| {title} | graded | resolved | rate | official ok | probes rejected | infra errors |\n|---|---:|---:|---:|---:|---:|---:|"
+            "\n## {heading}\n\n| {title} | graded | resolved | rate | official ok | probes rejected | flaky | infra errors |\n|---|---:|---:|---:|---:|---:|---:|---:|"
         );
         for r in rows {
             let t = &r.tally;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} ({}) | {} |",
+                "| {} | {} | {} | {} | {} | {} ({}) | {} | {} |",
                 md_cell(&r.key),
                 t.graded,
                 t.resolved,
@@ -198,6 +202,7 @@ pub fn render_markdown(stats: &Stats) -> String {
                 t.official_passed,
                 t.rejected_by_probes,
                 pct(t.rejected_by_probes_share),
+                t.flaky,
                 t.infra_errors
             );
         }
@@ -240,11 +245,11 @@ fn csv_rate(rate: Option<f64>) -> String {
     rate.map_or_else(String::new, |r| format!("{r:.4}"))
 }
 
-const TALLY_COLUMNS: &str = "submissions,graded,resolved,unresolved,tampered,infra_errors,resolved_rate,official_passed,rejected_by_probes,rejected_by_probes_share";
+const TALLY_COLUMNS: &str = "submissions,graded,resolved,unresolved,tampered,infra_errors,resolved_rate,official_passed,rejected_by_probes,rejected_by_probes_share,flaky";
 
 fn csv_tally(t: &Tally) -> String {
     format!(
-        "{},{},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{},{},{}",
         t.submissions,
         t.graded,
         t.resolved,
@@ -254,7 +259,8 @@ fn csv_tally(t: &Tally) -> String {
         csv_rate(t.resolved_rate),
         t.official_passed,
         t.rejected_by_probes,
-        csv_rate(t.rejected_by_probes_share)
+        csv_rate(t.rejected_by_probes_share),
+        t.flaky
     )
 }
 

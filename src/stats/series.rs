@@ -55,6 +55,7 @@ mod tests {
             outcome,
             official_passed: outcome == SampleOutcome::Resolved,
             rejected_by_probes: false,
+            flaky: false,
             categories: Default::default(),
         }
     }

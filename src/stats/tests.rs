@@ -200,3 +200,28 @@ fn categories_per_agent_count_graded_samples_like_per_repository() {
         aggregate(&samples()).categories
     );
 }
+
+#[test]
+fn a_flaky_grade_is_counted_flaky_and_never_resolved() {
+    let s = Sample::from_report(&fixtures::flaky(), labels("alpha", None));
+    assert_eq!(s.outcome, SampleOutcome::Unresolved);
+    assert!(s.flaky);
+    assert!(s.categories.contains(&Category::Memory));
+    let stats = aggregate(&[
+        s,
+        Sample::from_report(&fixtures::resolved(), labels("alpha", None)),
+        Sample::from_report(&fixtures::probes_reject(), labels("beta", None)),
+    ]);
+    let o = &stats.overall;
+    assert_eq!((o.graded, o.resolved, o.unresolved, o.flaky), (3, 1, 2, 1));
+    let alpha = &stats.by_agent[0];
+    assert_eq!((alpha.key.as_str(), alpha.tally.flaky), ("alpha", 1));
+    assert_eq!(stats.by_agent[1].tally.flaky, 0);
+    assert!(render_text(&stats).contains("; 1 flaky;"));
+    let csv = render_csv(&stats, Table::Agents);
+    assert!(csv.lines().next().unwrap().ends_with(",flaky"), "{csv}");
+    assert!(
+        csv.contains("\nalpha,2,2,1,1,0,0,0.5000,2,1,0.5000,1\n"),
+        "{csv}"
+    );
+}

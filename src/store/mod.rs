@@ -40,6 +40,7 @@
 //! transaction ends; in a [`Tx`] call it before changing that pull request's jobs otherwise
 //! (a deadlock is reported as a transient error, and retrying the transaction is safe).
 
+pub mod check;
 mod error;
 mod migrations;
 mod model;

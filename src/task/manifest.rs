@@ -119,7 +119,13 @@ pub struct OfficialTests {
     pub pass_to_pass: Vec<String>,
     /// The category of an official-test failure when the evidence says nothing more specific.
     pub default_category: Category,
+    /// How many times a failing official test is rerun (flake handling); `None`: the
+    /// configured default.
+    pub retries: Option<u32>,
 }
+
+/// The most reruns a manifest may ask for: each one is a sandbox phase.
+pub const MAX_RETRIES: u32 = 5;
 
 /// GPUs the task needs: a count, or the exact device ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,6 +208,8 @@ struct RawTests {
     #[serde(default)]
     pass_to_pass: Vec<Spanned<String>>,
     default_category: Spanned<Category>,
+    #[serde(default)]
+    retries: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -293,6 +301,18 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
             }
         }
     }
+    let retries = match &raw.tests.retries {
+        Some(r) if *r.get_ref() > MAX_RETRIES => {
+            return Err(ManifestError::at(
+                &file,
+                &text,
+                r.span(),
+                Some("tests.retries"),
+                format!("{} reruns is too many (at most {MAX_RETRIES})", r.get_ref()),
+            ));
+        }
+        r => r.as_ref().map(|r| *r.get_ref()),
+    };
     let default_category = *raw.tests.default_category.get_ref();
     if matches!(default_category, Category::Build | Category::Infra) {
         return Err(err(
@@ -383,6 +403,7 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
                 .map(Spanned::into_inner)
                 .collect(),
             default_category,
+            retries,
         },
         resources: Resources {
             gpus,

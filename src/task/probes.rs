@@ -14,6 +14,9 @@ use crate::grading::Category;
 pub struct ProbeSet {
     pub dir: PathBuf,
     pub probes: Vec<Probe>,
+    /// How many times a failing probe is rerun (flake handling); `None`: the configured
+    /// default.
+    pub retries: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +66,8 @@ impl Budget {
 #[serde(deny_unknown_fields)]
 struct RawProbes {
     task: Spanned<String>,
+    #[serde(default)]
+    retries: Option<Spanned<u32>>,
     #[serde(rename = "probe")]
     probes: Vec<RawProbe>,
 }
@@ -100,6 +105,19 @@ pub fn load_probes(dir: &Path, task_id: &str) -> Result<ProbeSet, ManifestError>
             format!(
                 "names `{}`, but the task is `{task_id}`",
                 raw.task.get_ref()
+            ),
+        ));
+    }
+    if let Some(r) = &raw.retries
+        && *r.get_ref() > super::manifest::MAX_RETRIES
+    {
+        return Err(err(
+            r.span(),
+            "retries",
+            format!(
+                "{} reruns is too many (at most {})",
+                r.get_ref(),
+                super::manifest::MAX_RETRIES
             ),
         ));
     }
@@ -181,6 +199,7 @@ pub fn load_probes(dir: &Path, task_id: &str) -> Result<ProbeSet, ManifestError>
     Ok(ProbeSet {
         dir: dir.to_path_buf(),
         probes,
+        retries: raw.retries.map(Spanned::into_inner),
     })
 }
 

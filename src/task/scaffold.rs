@@ -156,9 +156,9 @@ pub fn propose(
         match base.get(id).copied().unwrap_or(Outcome::NotRun) {
             Outcome::Passed => p.pass_to_pass.push(id.clone()),
             Outcome::Failed | Outcome::NotRun => p.fail_to_pass.push(id.clone()),
-            Outcome::Skipped => p
+            Outcome::Skipped | Outcome::Flaky => p
                 .left_out
-                .push((id.clone(), "skipped on the base".to_owned())),
+                .push((id.clone(), format!("{} on the base", base[id].as_str()))),
         }
     }
     for id in base.keys().filter(|id| !reference.contains_key(*id)) {

@@ -73,6 +73,37 @@ pub fn infradev_run(root: &Path, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// The probe [`add_flaky_probe`] adds.
+pub const FLAKY_PROBE: &str = "test_flaky.py::test_fails_while_the_interface_probe_runs_beside_it";
+
+/// Adds a probe to a copy of the example task's probes (`probes`, holding its probes.toml)
+/// that fails on its first attempt only: it fails while `test_interface.py` was collected
+/// beside it. The first attempt of the probe phase runs every probe file, the host's rerun
+/// only the ids that failed, so on the reference (whose interface probe passes) it passes
+/// there. Only the host's own rerun decides that: no hook in any sandbox. With `retries`, the
+/// manifest sets its own.
+pub fn add_flaky_probe(probes: &Path, retries: Option<u32>) {
+    let file = probes.join("probes.toml");
+    let mut manifest = std::fs::read_to_string(&file).unwrap();
+    if let Some(n) = retries {
+        let (first, rest) = manifest.split_once('\n').unwrap();
+        manifest = format!("{first}\nretries = {n}\n{rest}");
+    }
+    manifest.push_str(&format!(
+        "\n[[probe]]\nid = \"first_attempt_fails\"\ntest = \"{FLAKY_PROBE}\"\ncategory = \"state\"\n\
+         requirement = \"fails on the first attempt only (a test of flake handling)\"\n\
+         why_official_tests_miss = \"it checks the grader, not the submission\"\n"
+    ));
+    std::fs::write(&file, manifest).unwrap();
+    std::fs::write(
+        probes.join("test_flaky.py"),
+        "def test_fails_while_the_interface_probe_runs_beside_it(request):\n    \
+         collected = [item.nodeid for item in request.session.items]\n    \
+         assert not any('test_interface.py' in n for n in collected)\n",
+    )
+    .unwrap();
+}
+
 pub fn probes_dir() -> PathBuf {
     root().join("probes").join(TASK)
 }

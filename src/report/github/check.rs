@@ -87,10 +87,14 @@ pub(super) fn headline(report: &Report) -> String {
             if report.apply_error.is_some() {
                 return "the change does not apply to the task's base commit".to_owned();
             }
+            let flaky = match grade.counts.flaky {
+                0 => String::new(),
+                n => format!("; {n} flaky"),
+            };
             if grade.official_passed_but_probes_failed {
                 let rejected = failed(false);
                 return format!(
-                    "passes the official tests, rejected by {rejected} hidden {} ({})",
+                    "passes the official tests, rejected by {rejected} hidden {} ({}{flaky})",
                     plural(rejected, "probe", "probes"),
                     by_category(&grade.counts.probes.0)
                 );
@@ -118,11 +122,25 @@ pub(super) fn headline(report: &Report) -> String {
                 ));
             }
             format!(
-                "{} ({})",
+                "{} ({}{flaky})",
                 parts.join(" and "),
                 by_category(&grade.counts.total.0)
             )
         }
+    }
+}
+
+/// The note on flaky results, for the check run and the sticky comment; empty when none.
+pub(super) fn flaky_note(report: &Report) -> String {
+    match report.grade.counts.flaky {
+        0 => String::new(),
+        n => format!(
+            "> **Flaky:** {n} {} failed and then passed when InfraDev ran {} again in a fresh \
+             sandbox. A flaky result never counts as a pass; its category is that of the \
+             failure. Load on the grading machine (the `time` category) is the usual cause.\n\n",
+            plural(n, "test or probe", "tests or probes"),
+            plural(n, "it", "them")
+        ),
     }
 }
 
@@ -140,6 +158,7 @@ pub(super) fn summary(report: &Report) -> String {
              official tests do not check everything the task asks for.\n\n",
         );
     }
+    head.push_str(&flaky_note(report));
     if grade.verdict == Verdict::Error {
         head.push_str(
             "> This is our fault, not the pull request's: the grade says nothing about the \
@@ -285,7 +304,10 @@ pub(super) fn phase_notes(report: &Report) -> Vec<String> {
     let mut notes = Vec::new();
     for phase in &report.phases {
         let e = &phase.evidence;
-        let name = e.phase.as_str();
+        let name = match phase.attempt {
+            1 => e.phase.as_str().to_owned(),
+            n => format!("{} (attempt {n})", e.phase.as_str()),
+        };
         if let Some(error) = &e.infra_error {
             notes.push(format!(
                 "- {name}: infrastructure error (ours, not the PR's): {}\n",

@@ -127,6 +127,7 @@ pub(super) fn comment_body(doc: &mut Doc, report: &Report) {
         }
         doc.push("\n");
     }
+    doc.push(&flaky_note(report));
     if let Some(error) = &report.apply_error {
         doc.push(&format!(
             "The change does not apply: {}\n\n",

@@ -23,7 +23,7 @@ fn completed_checks_name_the_button_and_the_commands() {
 use crate::grading::Outcome;
 use crate::report::GuardFlag;
 use crate::report::fixtures::{
-    PROBE_SOURCE, build_failure, infra_error, not_applied, probes_reject, resolved,
+    PROBE_SOURCE, build_failure, flaky, infra_error, not_applied, probes_reject, resolved,
 };
 
 const HEAD: &str = "abcdef0123456789abcdef0123456789abcdef01";
@@ -698,5 +698,22 @@ fn not_run_tests_are_listed_as_never_ran() {
             .filter(|t| t.evidence.outcome == Outcome::NotRun)
             .count(),
         text.matches("`never ran`").count()
+    );
+}
+
+#[test]
+fn flaky_results_are_named_in_the_check_run_and_the_comment() {
+    let r = flaky();
+    let check = check_run_output(&r);
+    assert!(check.title.starts_with("Unresolved"), "{}", check.title);
+    insta::assert_snapshot!("check_flaky", show(&check));
+    let comment = sticky_comment(HEAD, Some(&r), "Graded.", &[]);
+    assert!(
+        comment.contains("**Flaky:** 1 test or probe failed and then passed"),
+        "{comment}"
+    );
+    assert!(
+        comment.contains("flaky: failed, then passed on attempt 2 (not a pass)"),
+        "{comment}"
     );
 }
