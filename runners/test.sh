@@ -20,6 +20,9 @@ if ((${#missing[@]})); then
 fi
 runners/ensure-docker.sh
 runners/base-image/build.sh >/dev/null
+# Debian trixie (Python 3.13) for the tasks that need it (megatron-prefix-cache-lru); doctor
+# checks every base image a task names.
+INFRADEV_BASE_SUITE=trixie runners/base-image/build.sh >/dev/null
 # The Slurm test cluster's image (from the base image and Debian's Slurm packages), for the
 # scale-out stories that run grades on a real cluster.
 runners/slurm/build-image.sh >/dev/null
