@@ -240,7 +240,8 @@ def test_group_helpers_match_definition():
     tensor of non-negative ids with equal ids exactly for equal labels; and
     `verl.utils.group_mean_std(scores, gidx, eps)` returns (mean_g, std_g, count_g), float32
     tensors of length max(gidx) + 1, holding each group's count, mean and Bessel-corrected std,
-    with mean 0 / std 1 for groups of fewer than 2 members.
+    with mean 0 / std 1 for groups of fewer than 2 members, and three empty float32 tensors for
+    empty input.
 
     The official helper tests use 3-6 hand-written labels and a single 2-member group."""
     rng = np.random.default_rng(SEED + 23)
@@ -266,6 +267,12 @@ def test_group_helpers_match_definition():
         same_label = base[:, None] == base[None, :]
         same_id = (g[:, None] == g[None, :]).numpy()
         assert (same_label == same_id).all(), f"{name}: ids must partition exactly like the labels"
+
+    # Empty input: three empty float32 tensors.
+    empty = verl_utils.group_mean_std(torch.zeros(0), torch.zeros(0, dtype=torch.long), eps=1e-6)
+    assert isinstance(empty, (tuple, list)) and len(empty) == 3
+    for t in empty:
+        assert t.shape == (0,) and t.dtype == torch.float32, "empty input: empty float32 tensors"
 
     gidx = verl_utils.as_torch_index(variants["object uuids"])
     scores = torch.from_numpy(rng.normal(loc=0.5, scale=2.0, size=n).astype(np.float32))
