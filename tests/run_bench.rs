@@ -5,12 +5,15 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use infradev::run::record::Record;
 use infradev::run::report::RunReport;
-use support::{FLAKY_PROBE, TASK, add_flaky_probe, copy_dir, docker_ready, example_repo, root};
+use support::{
+    FLAKY_PROBE, TASK, add_flaky_probe, copy_dir, docker_ready, example_repo, infradev,
+    output_text as text, root,
+};
 
 /// A scratch root: the example task, a copy of it whose base image does not exist (every grade
 /// of it is an infra error, ours), their probes, and runners/python.
@@ -43,21 +46,6 @@ fn scratch_root() -> tempfile::TempDir {
     )
     .unwrap();
     dir
-}
-
-fn infradev(root: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_infradev"));
-    c.arg("--root").arg(root).args(args);
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn line(task: &str, change: (&str, &str), agent: &str, model: Option<&str>) -> String {

@@ -7,12 +7,15 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use base64::Engine;
 use infradev::run::report::RunReport;
 use sha2::{Digest, Sha256};
-use support::{TASK, copy_dir, docker_ready, example_repo, local_python_ready, root};
+use support::{
+    TASK, copy_dir, docker_ready, example_repo, infradev, local_python_ready, output_text as text,
+    root,
+};
 
 /// Planted in the probe source (a module constant of a probe file).
 const SOURCE: &str = "SkillCanarySource7d41b9e2";
@@ -81,21 +84,6 @@ fn canary_root() -> tempfile::TempDir {
     )
     .unwrap();
     dir
-}
-
-fn infradev(root: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_infradev"));
-    c.arg("--root").arg(root).args(args);
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn files_below(dir: &Path) -> Vec<PathBuf> {

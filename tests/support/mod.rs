@@ -62,6 +62,16 @@ pub fn infradev(root: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// A finished process, for assertion messages: its exit code, stdout and stderr.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Runs `infradev --root <root> <args>`: its exit code and its stdout and stderr together.
 pub fn infradev_run(root: &Path, args: &[&str]) -> (i32, String) {
     let out = infradev(root, args).output().unwrap();
