@@ -212,6 +212,15 @@ pub enum TasksCommand {
         /// Write `<task-id>.validation.json` here instead of validation.json beside task.toml.
         #[arg(long)]
         out_dir: Option<PathBuf>,
+        /// Then measure the probes' power of each valid task (as `tasks power`).
+        #[arg(long)]
+        power: bool,
+        /// With --power: grades at once.
+        #[arg(long, default_value_t = 2, requires = "power")]
+        jobs: usize,
+        /// With --power: at most this many mutants (and variants) per operator.
+        #[arg(long, default_value_t = 6, requires = "power")]
+        cap: usize,
     },
     /// Probe power: grade mutants of the reference change (the probes must reject them) and
     /// behaviour-preserving variants (the probes must accept them); the figures go into
@@ -520,7 +529,20 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             reference_runs,
             retries,
             out_dir,
+            power,
+            jobs,
+            cap,
         } => {
+            let power_opts = crate::power::run::PowerOptions {
+                runners: root.join("runners"),
+                cache: Cache::locate(host.cache.clone()),
+                git: git.clone(),
+                python: host.python.clone(),
+                cap_per_operator: cap,
+                jobs,
+                out_dir: out_dir.clone(),
+            };
+            let mut weak = Vec::new();
             let opts = ValidateOptions {
                 runners: root.join("runners"),
                 cache: Cache::locate(host.cache),
@@ -565,7 +587,25 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 );
                 if !v.ok {
                     invalid.push(task.id.clone());
+                } else if power {
+                    match crate::power::run::power_task(&task, &power_opts).await {
+                        Ok(record) => {
+                            if !crate::power::run::print_outcome(&task.id, &record) {
+                                weak.push(task.id.clone());
+                            }
+                        }
+                        Err(error) => {
+                            eprintln!("error: probe power of task `{}`: {error:#}", task.id);
+                            unchecked.push(task.id.clone());
+                        }
+                    }
                 }
+            }
+            if !weak.is_empty() {
+                invalid.push(format!(
+                    "probe power under the threshold, or variants rejected: {}",
+                    weak.join(", ")
+                ));
             }
             match (unchecked.is_empty(), invalid.is_empty()) {
                 (true, true) => Ok(exit::RESOLVED),
@@ -619,39 +659,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                             code: exit::INFRA,
                             error: error.context(format!("probe power of task `{}`", task.id)),
                         })?;
-                println!("{}", crate::power::run::summary(&task.id, &record));
-                for m in record
-                    .mutants
-                    .iter()
-                    .filter(|m| m.status == crate::power::Status::Survived)
-                {
-                    println!(
-                        "  survived {} {} at {}: `{}` → `{}`",
-                        m.site.id,
-                        m.site.operator,
-                        m.site.location,
-                        m.site.original,
-                        m.site.replacement
-                    );
-                }
-                for v in record
-                    .variants
-                    .iter()
-                    .filter(|v| v.status == crate::power::VariantStatus::Rejected)
-                {
-                    println!(
-                        "  rejected variant {} {} at {} by {}",
-                        v.site.id,
-                        v.site.operator,
-                        v.site.location,
-                        v.failed.join(", ")
-                    );
-                }
-                let passes = record
-                    .kill_rate
-                    .is_some_and(|r| r + 1e-9 >= record.threshold)
-                    && record.counts.variants_rejected == 0;
-                if !passes {
+                if !crate::power::run::print_outcome(&task.id, &record) {
                     weak.push(task.id.clone());
                 }
             }

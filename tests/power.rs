@@ -252,3 +252,47 @@ fn tasks_check_fails_on_stale_or_weak_power_records_and_lists_unmeasured_tasks()
         "{out}"
     );
 }
+
+/// `tasks validate --power`: the task is validated, then its probes' power measured into the
+/// same record, and the figures printed.
+#[test]
+fn tasks_validate_measures_power_too_when_asked() {
+    if !docker_ready() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let repo = example_repo().display().to_string();
+    let out_dir = out.path().display().to_string();
+    let args = [
+        "tasks",
+        "validate",
+        TASK,
+        "--git",
+        &repo,
+        "--reference-runs",
+        "1",
+        "--out-dir",
+        &out_dir,
+    ];
+    let (code, log) = run(&root(), &[&args[..], &["--cap", "1"]].concat());
+    assert_eq!(code, 2, "--cap needs --power: {log}");
+    assert!(log.contains("--power"), "{log}");
+
+    let (code, log) = run(
+        &root(),
+        &[&args[..], &["--power", "--cap", "1", "--jobs", "2"]].concat(),
+    );
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains(&format!("{TASK}: valid")), "{log}");
+    assert!(log.contains(&format!("{TASK}: kill rate ")), "{log}");
+    let text = std::fs::read_to_string(out.path().join(format!("{TASK}.validation.json"))).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(v["ok"].as_bool().unwrap(), "{text}");
+    assert_eq!(
+        v["runs"].as_array().unwrap().len(),
+        3,
+        "base, one reference, null patch"
+    );
+    assert_eq!(v["power"]["cap_per_operator"], 1);
+    assert!(v["power"]["kill_rate"].as_f64().is_some(), "{}", v["power"]);
+}

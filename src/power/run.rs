@@ -613,6 +613,39 @@ pub fn summary(task: &str, r: &PowerRecord) -> String {
     )
 }
 
+/// Prints a task's power figures, each survivor and each rejected variant; returns whether
+/// the probes hold (kill rate at the threshold, no variant rejected).
+pub fn print_outcome(task: &str, record: &PowerRecord) -> bool {
+    println!("{}", summary(task, record));
+    for m in record
+        .mutants
+        .iter()
+        .filter(|m| m.status == super::Status::Survived)
+    {
+        println!(
+            "  survived {} {} at {}: `{}` → `{}`",
+            m.site.id, m.site.operator, m.site.location, m.site.original, m.site.replacement
+        );
+    }
+    for v in record
+        .variants
+        .iter()
+        .filter(|v| v.status == super::VariantStatus::Rejected)
+    {
+        println!(
+            "  rejected variant {} {} at {} by {}",
+            v.site.id,
+            v.site.operator,
+            v.site.location,
+            v.failed.join(", ")
+        );
+    }
+    record
+        .kill_rate
+        .is_some_and(|r| r + 1e-9 >= record.threshold)
+        && record.counts.variants_rejected == 0
+}
+
 /// `tasks check`'s view of a task's probe power: its record against its probes as they are.
 pub fn assess_task(task: &Task) -> Result<super::Assessment, crate::task::ManifestError> {
     let config = load_power_config(task)?;
