@@ -486,3 +486,86 @@ fn test_infrastructure_is_the_references() {
     // The official test that needs the reference's fixture passes: its conftest is back.
     assert_eq!(report["grade"]["verdict"], "resolved", "{report:#}");
 }
+
+/// A wheel of a tiny pure-Python package `name==version`, written into `dir` (what pip finds
+/// with `--find-links`).
+fn write_wheel(dir: &Path, name: &str, version: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let file = format!("{name}-{version}-py3-none-any.whl");
+    let script = format!(
+        "import zipfile\n\
+         with zipfile.ZipFile({path:?}, 'w') as z:\n\
+         \x20   z.writestr('{name}/__init__.py', 'VALUE = 1\\n')\n\
+         \x20   z.writestr('{name}-{version}.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n')\n\
+         \x20   z.writestr('{name}-{version}.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: infradev-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+         \x20   z.writestr('{name}-{version}.dist-info/RECORD', '')\n",
+        path = dir.join(&file).display().to_string(),
+    );
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    file
+}
+
+/// Building a task's environment layer shows pip's progress: off a terminal, one plain line
+/// per wheel processed and one when the install is done.
+#[test]
+fn an_environment_build_streams_pip_progress() {
+    if !docker_ready() {
+        return;
+    }
+    let s = Scratch::new();
+    // A version of our own per run, so the layer is really built (layers are cached by content).
+    let version = format!("1.0.{}", std::process::id());
+    let wheels = s.path().join("wheels");
+    let wheel = write_wheel(&wheels, "infradev_demo_pkg", &version);
+    s.edit(
+        &s.task_toml(),
+        "packages = []",
+        &format!("packages = [\"infradev_demo_pkg=={version}\"]"),
+    );
+    let reference = {
+        let text = std::fs::read_to_string(s.task_toml()).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("reference_commit"))
+            .unwrap()
+            .to_owned();
+        line.split('"').nth(1).unwrap().to_owned()
+    };
+    let repo = example_repo().display().to_string();
+    let wheels_arg = wheels.display().to_string();
+    let (code, out) = s.run(&[
+        "grade",
+        "--task",
+        TASK,
+        "--repo",
+        &repo,
+        "--head",
+        &reference,
+        "--wheels",
+        &wheels_arg,
+    ]);
+    let removed = Command::new("sh")
+        .args([
+            "-c",
+            &format!("docker images -q infradev-env/{TASK} | xargs -r docker rmi -f"),
+        ])
+        .status();
+    assert!(removed.is_ok_and(|s| s.success()));
+    assert!(code == 0 || code == 1, "the grade ran: {out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("build infradev-env/")
+                && l.ends_with(&format!("processing {wheel}"))),
+        "{out}"
+    );
+    assert!(out.contains(": installing 1 package(s)"), "{out}");
+    assert!(out.contains(": installed"), "{out}");
+    assert!(
+        !out.contains('\u{1b}'),
+        "no terminal codes off a terminal: {out}"
+    );
+}

@@ -252,7 +252,9 @@ async fn build_pip_layer(
         .await
         .context("cannot create the build container")?
         .id;
-    let result = run_and_commit(docker, &id, &tag).await;
+    let mut progress = super::pip_log::PipProgress::new(&tag, &layer.requirements);
+    let result = run_and_commit(docker, &id, &tag, |line| progress.line(line)).await;
+    progress.finish();
     super::executor::remove_container(docker, &id).await;
     let image_id = result?;
     tracing::info!(%tag, seconds = t0.elapsed().as_secs(), "environment layer built");
@@ -265,6 +267,11 @@ async fn run_to_exit(docker: &Docker, id: &str) -> anyhow::Result<i64> {
         .start_container(id, None::<StartContainerOptions>)
         .await
         .context("cannot start the container")?;
+    wait_exit(docker, id).await
+}
+
+/// Waits for a started container to exit; returns its exit code.
+async fn wait_exit(docker: &Docker, id: &str) -> anyhow::Result<i64> {
     let mut wait = docker.wait_container(
         id,
         Some(
@@ -282,8 +289,40 @@ async fn run_to_exit(docker: &Docker, id: &str) -> anyhow::Result<i64> {
     }
 }
 
-async fn run_and_commit(docker: &Docker, id: &str, tag: &str) -> anyhow::Result<String> {
-    let code = run_to_exit(docker, id)
+/// Runs a build container, handing each line of its output to `on_line` as it comes, and
+/// commits it as `tag` when it succeeded.
+async fn run_and_commit(
+    docker: &Docker,
+    id: &str,
+    tag: &str,
+    mut on_line: impl FnMut(&str),
+) -> anyhow::Result<String> {
+    docker
+        .start_container(id, None::<StartContainerOptions>)
+        .await
+        .with_context(|| format!("building {tag}: cannot start the container"))?;
+    let mut output = docker.logs(
+        id,
+        Some(
+            LogsOptionsBuilder::default()
+                .follow(true)
+                .stdout(true)
+                .stderr(true)
+                .build(),
+        ),
+    );
+    let mut pending = String::new();
+    while let Some(Ok(chunk)) = output.next().await {
+        pending.push_str(&chunk.to_string());
+        while let Some(end) = pending.find('\n') {
+            on_line(&pending[..end]);
+            pending.drain(..=end);
+        }
+    }
+    if !pending.is_empty() {
+        on_line(&pending);
+    }
+    let code = wait_exit(docker, id)
         .await
         .with_context(|| format!("building {tag}"))?;
     if code != 0 {

@@ -2,6 +2,7 @@
 
 mod executor;
 mod image;
+mod pip_log;
 mod ranks;
 mod reaper;
 
