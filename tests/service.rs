@@ -28,6 +28,8 @@ stories!(
     an_agent_pr_without_a_task_gets_a_neutral_check,
     failed_deliveries_are_redelivered_by_reconcile,
     an_infrastructure_fault_is_retried_then_reported_neutral,
+    a_stopping_server_refuses_webhooks_and_finishes_running_grades,
+    a_stopping_server_hands_grades_past_the_grace_back_to_the_queue,
 );
 
 async fn an_agent_pr_is_graded_and_reported(backend: Backend) {
@@ -624,5 +626,88 @@ async fn an_infrastructure_fault_is_retried_then_reported_neutral(backend: Backe
         comment.body
     );
     drop(variant);
+    w.assert_clean();
+}
+
+/// Starts grading `head` on PR `number` and returns once the grade runs.
+async fn grade_running(w: &World, number: u64, head: &str) {
+    w.seed_agent_pull(number, head);
+    w.send(
+        "pull_request",
+        w.pull_event("opened.json", number, head, Author::Agent),
+    )
+    .await;
+    w.wait("the grade to start", || {
+        w.runs_for(head)
+            .into_iter()
+            .find(|r| r.status == "in_progress")
+    })
+    .await;
+}
+
+/// A delivery sent to a stopping service: refused with 503 (not acknowledged, so GitHub
+/// delivers it again), and nothing of it is stored.
+async fn refused_while_stopping(w: &World, number: u64) {
+    let head = w.heads.reference.clone();
+    w.seed_agent_pull(number, &head);
+    let status = w
+        .send(
+            "pull_request",
+            w.pull_event("opened.json", number, &head, Author::Agent),
+        )
+        .await;
+    assert_eq!(status, 503, "a stopping server acknowledges nothing new");
+    assert!(
+        w.jobs(number).await.is_empty(),
+        "the refused delivery made no job"
+    );
+}
+
+async fn a_stopping_server_refuses_webhooks_and_finishes_running_grades(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    // A bound, not a budget: the grade must finish within it, however loaded the machine.
+    w.drain_grace_s = 600;
+    w.start().await;
+    let head = w.heads.wrong.clone();
+    grade_running(&w, 8, &head).await;
+    let drained = tokio::spawn(w.service.take().unwrap().drain());
+    refused_while_stopping(&w, 9).await;
+    let summary = drained.await.unwrap();
+    assert_eq!((summary.finished, summary.requeued), (1, 0), "{summary:?}");
+    assert!(summary.outbox_delivered >= 1, "{summary:?}");
+    // The final flush reported the grade before the service ended.
+    let runs = w.job_runs(&head);
+    assert_eq!(runs.len(), 1, "one check run for the job");
+    assert_eq!(runs[0].status, "completed", "{runs:?}");
+    assert_eq!(runs[0].conclusion.as_deref(), Some("failure"));
+    let jobs = w.jobs(8).await;
+    assert_eq!(jobs[0].state, infradev::store::JobState::Finished);
+    w.assert_clean();
+}
+
+async fn a_stopping_server_hands_grades_past_the_grace_back_to_the_queue(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    w.drain_grace_s = 0;
+    w.start().await;
+    let head = w.heads.wrong.clone();
+    grade_running(&w, 8, &head).await;
+    let drained = w.service.take().unwrap().drain();
+    refused_while_stopping(&w, 9).await;
+    let summary = drained.await;
+    assert_eq!((summary.finished, summary.requeued), (0, 1), "{summary:?}");
+    let jobs = w.jobs(8).await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, infradev::store::JobState::Queued, "{jobs:?}");
+    assert_eq!(jobs[0].lease_owner, None, "the lease is released at once");
+    assert_eq!(jobs[0].attempts, 0, "a hand-back is not an attempt");
+    // Never lost: the next start grades it, on the same check run.
+    w.start().await;
+    let runs = w.completed_job_runs(&head, 1).await;
+    assert_eq!(runs.len(), 1, "one check run for the job");
+    assert_eq!(runs[0].conclusion.as_deref(), Some("failure"));
     w.assert_clean();
 }
