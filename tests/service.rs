@@ -711,3 +711,105 @@ async fn a_stopping_server_hands_grades_past_the_grace_back_to_the_queue(backend
     assert_eq!(runs[0].conclusion.as_deref(), Some("failure"));
     w.assert_clean();
 }
+
+/// The real binary, stopped the way a service manager stops it: SIGTERM while a grade runs.
+/// A delivery after the signal gets 503; the grade finishes and is reported by the final
+/// flush; the process exits 0 with one line saying what the drain did.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_the_real_binary() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let Some(mut w) = World::new(Backend::Sqlite).await else {
+        return;
+    };
+    w.drain_grace_s = 600;
+    let dir = w.dir.path();
+    std::fs::write(
+        dir.join("app.pem"),
+        &support::fake_github::app_key().private_pem,
+    )
+    .unwrap();
+    std::fs::write(dir.join("secrets"), format!("{SECRET}\n")).unwrap();
+    let config = dir.join("infradev.toml");
+    let github = format!(
+        "private_key_file = \"{d}/app.pem\"\nwebhook_secrets_file = \"{d}/secrets\"",
+        d = dir.display()
+    );
+    std::fs::write(&config, w.config_text(&github)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_infradev"))
+        .args(["--log-format", "json", "serve", "--config"])
+        .arg(&config)
+        .env_remove("INFRADEV_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let event =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = |what: &str, f: &dyn Fn(&serde_json::Value) -> bool| loop {
+        match lines.recv_timeout(Duration::from_secs(600)) {
+            Ok(event) if f(&event) => return event,
+            Ok(_) => {}
+            Err(e) => panic!("no line {what}: {e}"),
+        }
+    };
+    let serving = next_line("serving", &|e| e["fields"]["message"] == "serving");
+    let addr = serving["fields"]["addr"].as_str().unwrap().to_owned();
+    w.fake
+        .set_webhook_target(&format!("http://{addr}/webhook"), SECRET);
+    let head = w.heads.wrong.clone();
+    grade_running(&w, 8, &head).await;
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    next_line("saying it is draining", &|e| {
+        e["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("stopping"))
+    });
+    let refused = w
+        .http
+        .post(format!("http://{addr}/webhook"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status().as_u16(),
+        503,
+        "intake refuses from the signal on"
+    );
+    assert!(refused.headers().contains_key("retry-after"));
+    refused_while_stopping(&w, 9).await;
+
+    let drained = next_line("saying what the drain did", &|e| {
+        e["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("drained"))
+    });
+    assert_eq!(drained["fields"]["finished"], 1, "{drained}");
+    assert_eq!(drained["fields"]["requeued"], 0, "{drained}");
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "a drained server exits 0");
+    let runs = w.job_runs(&head);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        runs[0].status, "completed",
+        "reported before the exit: {runs:?}"
+    );
+    w.assert_clean();
+}

@@ -33,9 +33,11 @@ pub async fn serve(path: &Path, log_format: LogFormat) -> Result<u8, CliError> {
         _ = terminate.recv() => "SIGTERM",
         _ = tokio::signal::ctrl_c() => "SIGINT",
     };
+    // The intake refuses and no job is claimed from here on.
+    let drain = service.drain();
     tracing::info!(signal, "stopping: draining (a second signal stops at once)");
     tokio::select! {
-        summary = service.drain() => {
+        summary = drain => {
             tracing::info!(
                 finished = summary.finished,
                 requeued = summary.requeued,

@@ -147,7 +147,13 @@ impl World {
     }
 
     pub fn config(&self) -> ServerConfig {
-        let text = format!(
+        ServerConfig::parse(&PathBuf::from("story.toml"), &self.config_text(""))
+            .expect("story config")
+    }
+
+    /// The service's configuration file; `github_extra` goes into its `[github]` table.
+    pub fn config_text(&self, github_extra: &str) -> String {
+        format!(
             r#"
 listen = "{listen}"
 root = "{root}"
@@ -156,6 +162,7 @@ body_limit_bytes = 1048576
 [github]
 api_url = "{api}"
 app_id = {app_id}
+{github_extra}
 [github.git_url_rewrite]
 "https://github.com/" = "file://{gh}/"
 [store]
@@ -183,8 +190,7 @@ max_backoff_s = 1
             lease = self.lease_s,
             grace = self.drain_grace_s,
             redeliver = self.redeliver,
-        );
-        ServerConfig::parse(&PathBuf::from("story.toml"), &text).expect("story config")
+        )
     }
 
     pub async fn start(&mut self) {
