@@ -479,6 +479,7 @@ mod tests {
         let config = ServerConfig::load(path).expect("infradev.example.toml parses");
         assert_eq!(config.github.api_url, "https://api.github.com");
         assert!(config.store.url.starts_with("sqlite://"));
+        assert_eq!(config.worker.drain_grace_s, 60);
     }
 
     #[test]

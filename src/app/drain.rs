@@ -41,8 +41,8 @@ pub struct DrainControl {
     drain: Drain,
 }
 
-impl DrainControl {
-    pub fn new() -> DrainControl {
+impl Default for DrainControl {
+    fn default() -> DrainControl {
         let (phase, rx) = watch::channel(Phase::Serving);
         DrainControl {
             phase,
@@ -53,7 +53,9 @@ impl DrainControl {
             },
         }
     }
+}
 
+impl DrainControl {
     pub fn drain(&self) -> Drain {
         self.drain.clone()
     }

@@ -216,7 +216,7 @@ impl Service {
             },
         };
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "infradev".into());
-        let control = DrainControl::new();
+        let control = DrainControl::default();
         let mut workers = JoinSet::new();
         // `concurrency = 0`: this server does not grade (intake, processing and reports only).
         for slot in 0..config.worker.concurrency {
