@@ -339,10 +339,11 @@ impl Service {
 
     /// Runs until one of the loops ends (it should not) or the process is stopped.
     pub async fn wait(&mut self) {
+        // An empty set (no workers: `concurrency = 0`) answers `None` at once: not an end.
         tokio::select! {
-            _ = self.http.join_next() => {}
-            _ = self.tasks.join_next() => {}
-            _ = self.workers.join_next() => {}
+            Some(_) = self.http.join_next() => {}
+            Some(_) = self.tasks.join_next() => {}
+            Some(_) = self.workers.join_next() => {}
         }
     }
 
