@@ -183,6 +183,14 @@ pub struct WorkerConfig {
     /// manifests set their own; a result that changes across attempts is `flaky`.
     #[serde(default = "default_retries")]
     pub retries: u32,
+    /// When the server stops (SIGTERM, Ctrl-C): how long running grades may take to finish
+    /// before their jobs are handed back to the queue.
+    #[serde(default = "default_drain_grace_s")]
+    pub drain_grace_s: u64,
+}
+
+fn default_drain_grace_s() -> u64 {
+    60
 }
 
 fn default_retries() -> u32 {
@@ -198,6 +206,7 @@ impl Default for WorkerConfig {
             python: default_python(),
             wheels: None,
             retries: default_retries(),
+            drain_grace_s: default_drain_grace_s(),
         }
     }
 }
@@ -470,6 +479,7 @@ mod tests {
         let config = ServerConfig::load(path).expect("infradev.example.toml parses");
         assert_eq!(config.github.api_url, "https://api.github.com");
         assert!(config.store.url.starts_with("sqlite://"));
+        assert_eq!(config.worker.drain_grace_s, 60);
     }
 
     #[test]

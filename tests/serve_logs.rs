@@ -1,5 +1,6 @@
 //! `infradev serve` logs through the real binary: `--log-format json` writes one JSON object
-//! per line (the start, every fault once, the error that ends the process), and no format
+//! per line (the start, every fault once, the error that ends the process), SIGTERM ends it with
+//! exit 0 and one line saying what the drain did, and no format
 //! writes ANSI codes when standard error is not a terminal.
 
 mod support;
@@ -171,4 +172,43 @@ fn the_error_that_ends_the_process_is_a_json_line_too() {
         serde_json::from_str::<serde_json::Value>(line)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
     }
+}
+
+#[test]
+fn sigterm_stops_a_server_that_does_not_grade_with_exit_0_and_one_drain_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let mut child = serve(&config, "json");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("\"serving\""));
+    assert!(serving.is_some(), "the server starts");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Standard error ends with the process.
+    let rest: Vec<serde_json::Value> = lines
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{rest:?}");
+    let drained: Vec<&serde_json::Value> = rest
+        .iter()
+        .filter(|e| {
+            e["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("drained"))
+        })
+        .collect();
+    assert_eq!(
+        drained.len(),
+        1,
+        "one line says what the drain did: {rest:?}"
+    );
+    assert_eq!(drained[0]["fields"]["finished"], 0);
+    assert_eq!(drained[0]["fields"]["requeued"], 0);
 }

@@ -28,6 +28,8 @@ stories!(
     an_agent_pr_without_a_task_gets_a_neutral_check,
     failed_deliveries_are_redelivered_by_reconcile,
     an_infrastructure_fault_is_retried_then_reported_neutral,
+    a_stopping_server_refuses_webhooks_and_finishes_running_grades,
+    a_stopping_server_hands_grades_past_the_grace_back_to_the_queue,
 );
 
 async fn an_agent_pr_is_graded_and_reported(backend: Backend) {
@@ -624,5 +626,190 @@ async fn an_infrastructure_fault_is_retried_then_reported_neutral(backend: Backe
         comment.body
     );
     drop(variant);
+    w.assert_clean();
+}
+
+/// Starts grading `head` on PR `number` and returns once the grade runs.
+async fn grade_running(w: &World, number: u64, head: &str) {
+    w.seed_agent_pull(number, head);
+    w.send(
+        "pull_request",
+        w.pull_event("opened.json", number, head, Author::Agent),
+    )
+    .await;
+    w.wait("the grade to start", || {
+        w.runs_for(head)
+            .into_iter()
+            .find(|r| r.status == "in_progress")
+    })
+    .await;
+}
+
+/// A delivery sent to a stopping service: refused with 503 (not acknowledged, so GitHub
+/// delivers it again), and nothing of it is stored.
+async fn refused_while_stopping(w: &World, number: u64) {
+    let head = w.heads.reference.clone();
+    w.seed_agent_pull(number, &head);
+    let status = w
+        .send(
+            "pull_request",
+            w.pull_event("opened.json", number, &head, Author::Agent),
+        )
+        .await;
+    assert_eq!(status, 503, "a stopping server acknowledges nothing new");
+    assert!(
+        w.jobs(number).await.is_empty(),
+        "the refused delivery made no job"
+    );
+}
+
+async fn a_stopping_server_refuses_webhooks_and_finishes_running_grades(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    // A bound, not a budget: the grade must finish within it, however loaded the machine.
+    w.drain_grace_s = 600;
+    w.start().await;
+    let head = w.heads.wrong.clone();
+    grade_running(&w, 8, &head).await;
+    let drained = tokio::spawn(w.service.take().unwrap().drain());
+    refused_while_stopping(&w, 9).await;
+    let summary = drained.await.unwrap();
+    assert_eq!((summary.finished, summary.requeued), (1, 0), "{summary:?}");
+    assert!(summary.outbox_delivered >= 1, "{summary:?}");
+    // The final flush reported the grade before the service ended.
+    let runs = w.job_runs(&head);
+    assert_eq!(runs.len(), 1, "one check run for the job");
+    assert_eq!(runs[0].status, "completed", "{runs:?}");
+    assert_eq!(runs[0].conclusion.as_deref(), Some("failure"));
+    let jobs = w.jobs(8).await;
+    assert_eq!(jobs[0].state, infradev::store::JobState::Finished);
+    w.assert_clean();
+}
+
+async fn a_stopping_server_hands_grades_past_the_grace_back_to_the_queue(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    w.drain_grace_s = 0;
+    w.start().await;
+    let head = w.heads.wrong.clone();
+    grade_running(&w, 8, &head).await;
+    let drained = w.service.take().unwrap().drain();
+    refused_while_stopping(&w, 9).await;
+    let summary = drained.await;
+    assert_eq!((summary.finished, summary.requeued), (0, 1), "{summary:?}");
+    let jobs = w.jobs(8).await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, infradev::store::JobState::Queued, "{jobs:?}");
+    assert_eq!(jobs[0].lease_owner, None, "the lease is released at once");
+    assert_eq!(jobs[0].attempts, 0, "a hand-back is not an attempt");
+    // Never lost: the next start grades it, on the same check run.
+    w.start().await;
+    let runs = w.completed_job_runs(&head, 1).await;
+    assert_eq!(runs.len(), 1, "one check run for the job");
+    assert_eq!(runs[0].conclusion.as_deref(), Some("failure"));
+    w.assert_clean();
+}
+
+/// The real binary, stopped the way a service manager stops it: SIGTERM while a grade runs.
+/// A delivery after the signal gets 503; the grade finishes and is reported by the final
+/// flush; the process exits 0 with one line saying what the drain did.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_the_real_binary() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let Some(mut w) = World::new(Backend::Sqlite).await else {
+        return;
+    };
+    w.drain_grace_s = 600;
+    let dir = w.dir.path();
+    std::fs::write(
+        dir.join("app.pem"),
+        &support::fake_github::app_key().private_pem,
+    )
+    .unwrap();
+    std::fs::write(dir.join("secrets"), format!("{SECRET}\n")).unwrap();
+    let config = dir.join("infradev.toml");
+    let github = format!(
+        "private_key_file = \"{d}/app.pem\"\nwebhook_secrets_file = \"{d}/secrets\"",
+        d = dir.display()
+    );
+    std::fs::write(&config, w.config_text(&github)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_infradev"))
+        .args(["--log-format", "json", "serve", "--config"])
+        .arg(&config)
+        .env_remove("INFRADEV_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let event =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = |what: &str, f: &dyn Fn(&serde_json::Value) -> bool| loop {
+        match lines.recv_timeout(Duration::from_secs(600)) {
+            Ok(event) if f(&event) => return event,
+            Ok(_) => {}
+            Err(e) => panic!("no line {what}: {e}"),
+        }
+    };
+    let serving = next_line("serving", &|e| e["fields"]["message"] == "serving");
+    let addr = serving["fields"]["addr"].as_str().unwrap().to_owned();
+    w.fake
+        .set_webhook_target(&format!("http://{addr}/webhook"), SECRET);
+    let head = w.heads.wrong.clone();
+    grade_running(&w, 8, &head).await;
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    next_line("saying it is draining", &|e| {
+        e["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("stopping"))
+    });
+    let refused = w
+        .http
+        .post(format!("http://{addr}/webhook"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status().as_u16(),
+        503,
+        "intake refuses from the signal on"
+    );
+    assert!(refused.headers().contains_key("retry-after"));
+    refused_while_stopping(&w, 9).await;
+
+    let drained = next_line("saying what the drain did", &|e| {
+        e["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("drained"))
+    });
+    assert_eq!(drained["fields"]["finished"], 1, "{drained}");
+    assert_eq!(drained["fields"]["requeued"], 0, "{drained}");
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "a drained server exits 0");
+    let runs = w.job_runs(&head);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        runs[0].status, "completed",
+        "reported before the exit: {runs:?}"
+    );
     w.assert_clean();
 }

@@ -4,6 +4,7 @@
 pub mod bundle;
 pub mod commands;
 pub mod decide;
+pub mod drain;
 pub mod grades;
 pub mod matching;
 pub mod mirror;

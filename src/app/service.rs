@@ -13,6 +13,7 @@ use chrono::Utc;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use super::drain::{DrainControl, DrainSummary, Phase};
 use super::mirror::Mirrors;
 use super::outbox::Outbox;
 use super::processor::Processor;
@@ -25,12 +26,14 @@ use crate::backend::{BackendName, Remote};
 use crate::config::{ExecutorName, Secrets, ServerConfig};
 use crate::github::{GitHubApp, RetryPolicy};
 use crate::grade::ExecutorChoice;
-use crate::server::{AppState, create_app, install_metrics};
+use crate::server::{AppState, Draining, create_app, install_metrics};
 use crate::store::{JobState, RefusalSource, RefusedDelivery, Store};
 use crate::task::Registry;
 
 /// How often each loop runs when nothing wakes it.
 const IDLE_POLL: Duration = Duration::from_secs(2);
+/// How long handing the jobs back and the final outbox flush may take, each, when draining.
+const DRAIN_STEP: Duration = Duration::from_secs(30);
 /// How far back failed webhook deliveries are looked for (GitHub keeps three days).
 const REDELIVERY_WINDOW: chrono::Duration = chrono::Duration::hours(72);
 /// A failed delivery younger than this is left for a later pass: GitHub may still be
@@ -38,10 +41,20 @@ const REDELIVERY_WINDOW: chrono::Duration = chrono::Duration::hours(72);
 const IN_FLIGHT: chrono::Duration = chrono::Duration::seconds(20);
 
 /// A running service. Dropping it (or [`Service::abort`]) stops everything at once, like a
-/// crash: whatever was acknowledged is in the store and the next start resumes it.
+/// crash: whatever was acknowledged is in the store and the next start resumes it;
+/// [`Service::drain`] stops it gracefully.
 pub struct Service {
     addr: SocketAddr,
+    /// The HTTP server.
+    http: JoinSet<()>,
+    /// The processor, outbox, remote and reconcile loops.
     tasks: JoinSet<()>,
+    /// The local workers (drained apart from the rest).
+    workers: JoinSet<()>,
+    draining: Draining,
+    control: DrainControl,
+    outbox: Arc<Outbox>,
+    grace: Duration,
 }
 
 /// Knobs tests turn (short leases, fast retries); production uses the defaults.
@@ -133,13 +146,15 @@ impl Service {
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let app = create_app(state, config.body_limit_bytes);
-        let mut tasks = JoinSet::new();
-        tasks.spawn(async move {
+        let draining = Draining::default();
+        let app = create_app(state, config.body_limit_bytes, draining.clone());
+        let mut http = JoinSet::new();
+        http.spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "the HTTP server stopped");
             }
         });
+        let mut tasks = JoinSet::new();
 
         let processor = Arc::new(Processor {
             store: store.clone(),
@@ -175,13 +190,14 @@ impl Service {
             retry: tuning.retry,
             public_url,
         });
+        let outbox_loop = outbox.clone();
         spawn_loop(
             &mut tasks,
             "outbox",
             wake_outbox.clone(),
             tuning.poll,
             move || {
-                let o = outbox.clone();
+                let o = outbox_loop.clone();
                 async move { o.deliver_due().await.map(|_| ()) }
             },
         );
@@ -200,6 +216,8 @@ impl Service {
             },
         };
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "infradev".into());
+        let control = DrainControl::default();
+        let mut workers = JoinSet::new();
         // `concurrency = 0`: this server does not grade (intake, processing and reports only).
         for slot in 0..config.worker.concurrency {
             let worker = Arc::new(Worker {
@@ -217,21 +235,28 @@ impl Service {
                     uuid::Uuid::new_v4().simple()
                 ),
                 wake_outbox: wake_outbox.clone(),
+                drain: control.drain(),
             });
-            spawn_loop(
-                &mut tasks,
-                "worker",
-                wake_worker.clone(),
-                tuning.poll,
-                move || {
-                    let w = worker.clone();
-                    async move {
-                        // Drain: keep grading while jobs are there.
-                        while w.run_once().await? {}
-                        Ok(())
+            let wake = wake_worker.clone();
+            let poll = tuning.poll;
+            workers.spawn(async move {
+                // Like `spawn_loop`, but it ends once the server is stopping.
+                while !worker.drain.stopping() {
+                    // Keep grading while jobs are there.
+                    let step = async {
+                        while worker.run_once().await? {}
+                        anyhow::Ok(())
+                    };
+                    if let Err(e) = step.await {
+                        tracing::warn!(loop_name = "worker", error = %format!("{e:#}"), "background step failed");
                     }
-                },
-            );
+                    tokio::select! {
+                        _ = wake.notified() => {}
+                        _ = tokio::time::sleep(poll) => {}
+                        _ = worker.drain.stopped() => {}
+                    }
+                }
+            });
         }
 
         for backend in remote_backends(&config, &task_backends, &github)? {
@@ -296,7 +321,16 @@ impl Service {
             },
         );
         tracing::info!(%addr, "serving");
-        Ok(Service { addr, tasks })
+        Ok(Service {
+            addr,
+            http,
+            tasks,
+            workers,
+            draining,
+            control,
+            outbox,
+            grace: Duration::from_secs(config.worker.drain_grace_s),
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -304,14 +338,73 @@ impl Service {
     }
 
     /// Runs until one of the loops ends (it should not) or the process is stopped.
-    pub async fn wait(mut self) {
-        self.tasks.join_next().await;
+    pub async fn wait(&mut self) {
+        // An empty set (no workers: `concurrency = 0`) answers `None` at once: not an end.
+        tokio::select! {
+            Some(_) = self.http.join_next() => {}
+            Some(_) = self.tasks.join_next() => {}
+            Some(_) = self.workers.join_next() => {}
+        }
     }
 
     /// Stops everything at once, mid-grade if need be.
     pub async fn abort(mut self) {
+        for set in [&mut self.http, &mut self.tasks, &mut self.workers] {
+            set.abort_all();
+            while set.join_next().await.is_some() {}
+        }
+    }
+
+    /// Stops gracefully: from now on the webhook intake answers 503 (GitHub delivers those
+    /// again later), nothing new is claimed, running grades get `[worker] drain_grace_s` to
+    /// finish and past it hand their jobs back (lease released, queued again), then the outbox
+    /// is flushed once. The other loops hold nothing uncommitted and stop at once.
+    /// The intake refuses and the workers stop claiming as soon as this is called (before the
+    /// returned future is first polled).
+    pub fn drain(self) -> impl std::future::Future<Output = DrainSummary> {
+        self.draining.start();
+        self.control.set(Phase::Draining);
+        async move { self.drain_rest().await }
+    }
+
+    async fn drain_rest(mut self) -> DrainSummary {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
+        let workers = &mut self.workers;
+        let all_done = async { while workers.join_next().await.is_some() {} };
+        if tokio::time::timeout(self.grace, all_done).await.is_err() {
+            self.control.set(Phase::HandBack);
+            let all_done = async { while self.workers.join_next().await.is_some() {} };
+            if tokio::time::timeout(DRAIN_STEP, all_done).await.is_err() {
+                // Their leases lapse and reconcile resumes the jobs, as after a crash.
+                tracing::warn!("a worker did not hand its job back in time; its lease will lapse");
+            }
+        }
+        self.workers.abort_all();
+        while self.workers.join_next().await.is_some() {}
+        let outbox_delivered = match tokio::time::timeout(DRAIN_STEP, self.outbox.deliver_due())
+            .await
+        {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %format!("{e:#}"), "the final outbox flush failed; the next start delivers the rest");
+                0
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the final outbox flush timed out; the next start delivers the rest"
+                );
+                0
+            }
+        };
+        self.http.abort_all();
+        while self.http.join_next().await.is_some() {}
+        let (finished, requeued) = self.control.counts();
+        DrainSummary {
+            finished,
+            requeued,
+            outbox_delivered,
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::Notify;
 
+use super::drain::Drain;
 use super::mirror::Mirrors;
 use super::outbox::Message;
 use crate::github::GitHubApp;
@@ -51,11 +52,16 @@ pub struct Worker {
     /// This worker's lease owner name (host, process, slot).
     pub owner: String,
     pub wake_outbox: Arc<Notify>,
+    /// Whether the server is stopping (claim nothing, hand running jobs back past the grace).
+    pub drain: Drain,
 }
 
 impl Worker {
-    /// Claims and grades one job; returns whether there was one.
+    /// Claims and grades one job; returns whether there was one (never while stopping).
     pub async fn run_once(&self) -> anyhow::Result<bool> {
+        if self.drain.stopping() {
+            return Ok(false);
+        }
         let Some(job) = self.store.claim_job(&self.owner, self.lease).await? else {
             return Ok(false);
         };
@@ -91,6 +97,15 @@ impl Worker {
             loop {
                 tokio::select! {
                     result = &mut grade => break result,
+                    _ = self.drain.hand_back() => {
+                        // The server is stopping and the grace is over: the job goes back to
+                        // the queue untouched, for the next start or another server.
+                        if self.store.hand_back_job(job.id, &self.owner).await? {
+                            self.drain.note_requeued();
+                            tracing::info!("server stopping: the job goes back to the queue");
+                        }
+                        return Ok(false);
+                    }
                     _ = renew.tick() => {
                         if !self.store.renew_lease(job.id, &self.owner, self.lease).await.unwrap_or(false) {
                             tracing::info!("lease lost or job cancelled: abandoning the grade");
@@ -128,6 +143,9 @@ impl Worker {
         }
         tx.commit().await?;
         self.wake_outbox.notify_one();
+        if applied {
+            self.drain.note_finished();
+        }
         match graded {
             Ok(report) => tracing::info!(verdict = ?report.grade.verdict, applied, "graded"),
             Err(error) => tracing::warn!(%error, applied, "the grade could not run"),

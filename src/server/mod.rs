@@ -11,5 +11,5 @@ mod webhook;
 pub use intake::Intake;
 pub use metrics::install_metrics;
 pub use pages::Pages;
-pub use router::{AppState, create_app};
+pub use router::{AppState, Draining, create_app};
 pub use webhook::note_refused;

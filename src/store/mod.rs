@@ -327,6 +327,9 @@ operations! {
         fn fail_job(id: JobId, owner: &str, error: &str) -> bool;
         /// Gives the job back to the queue (a transient failure), noting why. Same lease rule.
         fn release_job(id: JobId, owner: &str, error: Option<&str>) -> bool;
+        /// Gives the job back to the queue untouched (the server is stopping): like
+        /// [`Store::release_job`], but the claim's attempt is not counted.
+        fn hand_back_job(id: JobId, owner: &str) -> bool;
         /// Cancels a queued or running job; returns it, or `None` when it was not active.
         fn cancel_job(id: JobId) -> Option<Job>;
         /// Cancels every active job of a pull request (it was closed); returns them by id.

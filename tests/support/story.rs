@@ -43,6 +43,8 @@ pub struct World {
     pub heads: Heads,
     pub http: reqwest::Client,
     pub lease_s: u64,
+    /// `[worker] drain_grace_s`: how long a stopping service lets running grades finish.
+    pub drain_grace_s: u64,
     pub redeliver: bool,
     /// tasks/, probes/ and runners/ the service reads.
     pub root: PathBuf,
@@ -136,6 +138,7 @@ impl World {
             heads,
             http: reqwest::Client::new(),
             lease_s: 600,
+            drain_grace_s: 60,
             redeliver: false,
             root: super::root(),
             listen: "127.0.0.1:0".into(),
@@ -144,7 +147,13 @@ impl World {
     }
 
     pub fn config(&self) -> ServerConfig {
-        let text = format!(
+        ServerConfig::parse(&PathBuf::from("story.toml"), &self.config_text(""))
+            .expect("story config")
+    }
+
+    /// The service's configuration file; `github_extra` goes into its `[github]` table.
+    pub fn config_text(&self, github_extra: &str) -> String {
+        format!(
             r#"
 listen = "{listen}"
 root = "{root}"
@@ -153,12 +162,14 @@ body_limit_bytes = 1048576
 [github]
 api_url = "{api}"
 app_id = {app_id}
+{github_extra}
 [github.git_url_rewrite]
 "https://github.com/" = "file://{gh}/"
 [store]
 url = "{store}"
 [worker]
 lease_s = {lease}
+drain_grace_s = {grace}
 [reconcile]
 interval_s = 1
 redeliver_failed = {redeliver}
@@ -177,9 +188,9 @@ max_backoff_s = 1
             gh = self.dir.path().join("gh").display(),
             store = self.store_url,
             lease = self.lease_s,
+            grace = self.drain_grace_s,
             redeliver = self.redeliver,
-        );
-        ServerConfig::parse(&PathBuf::from("story.toml"), &text).expect("story config")
+        )
     }
 
     pub async fn start(&mut self) {

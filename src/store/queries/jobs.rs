@@ -215,6 +215,25 @@ pub(crate) async fn release_job(
     Ok(done.rows_affected() == 1)
 }
 
+pub(crate) async fn hand_back_job(
+    conn: &mut AnyConnection,
+    _: Backend,
+    id: JobId,
+    owner: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL, \
+         attempts = attempts - 1, updated_at = $3 WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+    )
+    .bind(id.0)
+    .bind(owner)
+    .bind(micros(Utc::now()))
+    .execute(conn)
+    .await
+    .map_err(StoreError::db("handing a job back"))?;
+    Ok(done.rows_affected() == 1)
+}
+
 pub(crate) async fn cancel_job(
     conn: &mut AnyConnection,
     _: Backend,
