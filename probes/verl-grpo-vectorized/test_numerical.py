@@ -112,20 +112,23 @@ def test_constant_groups_are_finite_and_zero():
 
     The official test draws Gaussian rewards, so no group ever has zero variance."""
     rng = np.random.default_rng(SEED + 7)
-    bs, seq_len, n = 96, 16, 8
+    bs, seq_len, n = 120, 16, 8
     labels = [f"prompt-{i // n}" for i in range(bs)]
     perm = rng.permutation(bs)
     labels = [labels[p] for p in perm]
     mask = np.ones((bs, seq_len), dtype=np.float32)
     mask[:, 10:] = 0
     rewards = np.zeros((bs, seq_len), dtype=np.float32)
-    group_value = {f"prompt-{g}": v for g, v in enumerate([0.0, 1.0, 0.7, -0.3, 5.0, 1e-3])}
+    # 0.9, 1.3 and 3.7 repeated 8 times: float32 sums whose one-pass variance comes out
+    # slightly negative, which must not become NaN.
+    values = [0.0, 1.0, 0.7, -0.3, 5.0, 1e-3, 0.9, 1.3, 3.7]
+    group_value = {f"prompt-{g}": v for g, v in enumerate(values)}
     for i, lab in enumerate(labels):
         if lab in group_value:
             rewards[i, 9] = group_value[lab]
         else:  # two binary-reward groups with mixed outcomes
             rewards[i, 9] = float(rng.integers(0, 2))
-    for lab in ("prompt-6", "prompt-7"):  # make sure the mixed groups are really mixed
+    for lab in ("prompt-9", "prompt-10"):  # make sure the mixed groups are really mixed
         idx = [i for i, l in enumerate(labels) if l == lab]
         rewards[idx[0], 9], rewards[idx[1], 9] = 0.0, 1.0
     uid = np.array(labels, dtype=object)
@@ -240,8 +243,8 @@ def test_group_helpers_match_definition():
     tensor of non-negative ids with equal ids exactly for equal labels; and
     `verl.utils.group_mean_std(scores, gidx, eps)` returns (mean_g, std_g, count_g), float32
     tensors of length max(gidx) + 1, holding each group's count, mean and Bessel-corrected std,
-    with mean 0 / std 1 for groups of fewer than 2 members, and three empty float32 tensors for
-    empty input.
+    with mean 0 / std 1 for groups of fewer than 2 members (count 0 for ids no label has), and
+    three empty float32 tensors for empty input.
 
     The official helper tests use 3-6 hand-written labels and a single 2-member group."""
     rng = np.random.default_rng(SEED + 23)
@@ -267,6 +270,16 @@ def test_group_helpers_match_definition():
         same_label = base[:, None] == base[None, :]
         same_id = (g[:, None] == g[None, :]).numpy()
         assert (same_label == same_id).all(), f"{name}: ids must partition exactly like the labels"
+
+    # Group ids with gaps: the missing groups have 0 members (mean 0, std 1, count 0).
+    gaps = verl_utils.group_mean_std(
+        torch.tensor([1.0, 2.0, 4.0, 3.0, 5.0, 7.0]), torch.tensor([0, 2, 2, 5, 5, 5]), eps=1e-6)
+    mean_g, std_g, cnt_g = gaps
+    assert cnt_g.tolist() == [1.0, 0.0, 2.0, 0.0, 0.0, 3.0], cnt_g
+    assert [mean_g[k].item() for k in (0, 1, 3, 4)] == [0.0] * 4
+    assert [std_g[k].item() for k in (0, 1, 3, 4)] == [1.0] * 4
+    assert abs(mean_g[2].item() - 3.0) < 1e-6 and abs(mean_g[5].item() - 5.0) < 1e-6
+    assert abs(std_g[5].item() - 2.0) < 1e-5
 
     # Empty input: three empty float32 tensors.
     empty = verl_utils.group_mean_std(torch.zeros(0), torch.zeros(0, dtype=torch.long), eps=1e-6)
