@@ -25,7 +25,7 @@ trap cleanup EXIT
 
 # Copies readable by uid 65534 whatever the checkout's permissions are.
 mkdir -p "$work/lib" "$work/repo" "$work/out"
-cp "$lib/infradev_pytest.py" "$lib/pytest.ini" "$work/lib/"
+cp "$lib/infradev_pytest.py" "$lib/infradev_guard.py" "$lib/pytest.ini" "$work/lib/"
 cp -R "$here/tests" "$here/fake_torch" "$work/repo/"
 cp "$here/spec.json" "$work/spec.json"
 chmod -R a+rX "$work/lib" "$work/repo" "$work/spec.json"
