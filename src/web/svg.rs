@@ -37,6 +37,26 @@ pub struct Line {
     pub values: Vec<Option<f64>>,
 }
 
+/// The opening `<svg>` of a chart of class `class`, `width` × `height`, with a white background
+/// and `label` as its accessible name.
+fn svg_open(class: &'static str, width: f64, height: f64, label: &str) -> Html {
+    let mut h = Html::new();
+    h.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"")
+        .raw(class)
+        .raw("\" role=\"img\" width=\"")
+        .show(width)
+        .raw("\" height=\"")
+        .show(height)
+        .raw("\" viewBox=\"0 0 ")
+        .show(width)
+        .raw(" ")
+        .show(height)
+        .raw("\" aria-label=\"")
+        .text(label)
+        .raw("\"><rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>");
+    h
+}
+
 const W: f64 = 560.0;
 const H: f64 = 260.0;
 const LEFT: f64 = 48.0;
@@ -49,18 +69,7 @@ const BOTTOM: f64 = 40.0;
 pub fn line_chart(label: &str, x: &[String], lines: &[Line]) -> Html {
     let legend_rows = lines.len().div_ceil(3) as f64;
     let height = H + legend_rows * 18.0;
-    let mut h = Html::new();
-    h.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart line\" role=\"img\" width=\"")
-        .show(W)
-        .raw("\" height=\"")
-        .show(height)
-        .raw("\" viewBox=\"0 0 ")
-        .show(W)
-        .raw(" ")
-        .show(height)
-        .raw("\" aria-label=\"")
-        .text(label)
-        .raw("\"><rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>");
+    let mut h = svg_open("chart line", W, height, label);
     let plot_w = W - LEFT - RIGHT;
     let plot_h = H - TOP - BOTTOM;
     for tick in [0.0, 0.25, 0.5, 0.75, 1.0] {
@@ -163,18 +172,7 @@ pub fn bar_chart(label: &str, bars: &[Bar]) -> Html {
     const BAR: f64 = 260.0;
     let height = TOP * 2.0 + ROW * bars.len().max(1) as f64;
     let width = NAME + BAR + 120.0;
-    let mut h = Html::new();
-    h.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart bar\" role=\"img\" width=\"")
-        .show(width)
-        .raw("\" height=\"")
-        .show(height)
-        .raw("\" viewBox=\"0 0 ")
-        .show(width)
-        .raw(" ")
-        .show(height)
-        .raw("\" aria-label=\"")
-        .text(label)
-        .raw("\"><rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>");
+    let mut h = svg_open("chart bar", width, height, label);
     for (i, bar) in bars.iter().enumerate() {
         let y = TOP + ROW * i as f64;
         h.raw("<text font-size=\"12\" x=\"")
@@ -217,18 +215,7 @@ pub fn heatmap(label: &str, columns: &[&str], rows: &[(String, usize, Vec<usize>
     const ROW: f64 = 24.0;
     let width = NAME + CELL * columns.len() as f64 + 8.0;
     let height = 28.0 + ROW * rows.len().max(1) as f64;
-    let mut h = Html::new();
-    h.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart heat\" role=\"img\" width=\"")
-        .show(width)
-        .raw("\" height=\"")
-        .show(height)
-        .raw("\" viewBox=\"0 0 ")
-        .show(width)
-        .raw(" ")
-        .show(height)
-        .raw("\" aria-label=\"")
-        .text(label)
-        .raw("\"><rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>");
+    let mut h = svg_open("chart heat", width, height, label);
     for (i, c) in columns.iter().enumerate() {
         h.raw("<text font-size=\"11\" text-anchor=\"middle\" x=\"")
             .show(NAME + CELL * i as f64 + CELL / 2.0)
