@@ -242,13 +242,10 @@ max_backoff_s = 1
         body: Vec<u8>,
         signature: Option<&str>,
     ) -> u16 {
-        // The server answers an oversized body before reading it and then closes the
-        // connection; a connection of its own keeps that close away from later requests.
-        let client = if body.len() > 1024 * 1024 {
-            reqwest::Client::new()
-        } else {
-            self.http.clone()
-        };
+        if body.len() > 1024 * 1024 {
+            return self.post_oversized(event, delivery, &body, signature).await;
+        }
+        let client = self.http.clone();
         let mut req = client
             .post(self.url("/webhook"))
             .header("X-GitHub-Event", event)
@@ -262,6 +259,61 @@ max_backoff_s = 1
             .expect("POST /webhook")
             .status()
             .as_u16()
+    }
+
+    /// The server answers an oversized body before reading it and then closes the
+    /// connection, so an HTTP client that writes the whole body first can see a broken
+    /// pipe instead of the answer. Here the answer is read while the body is written.
+    async fn post_oversized(
+        &self,
+        event: &str,
+        delivery: &str,
+        body: &[u8],
+        signature: Option<&str>,
+    ) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.service.as_ref().expect("started").addr();
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (mut reader, mut writer) = stream.into_split();
+        let mut head = format!(
+            "POST /webhook HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             X-GitHub-Event: {event}\r\nX-GitHub-Delivery: {delivery}\r\n\
+             Content-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(sig) = signature {
+            head.push_str(&format!("X-Hub-Signature-256: {sig}\r\n"));
+        }
+        head.push_str("\r\n");
+        let body = body.to_vec();
+        let write = tokio::spawn(async move {
+            // The server may close before all of it is written; that is the point.
+            let _ = writer.write_all(head.as_bytes()).await;
+            let _ = writer.write_all(&body).await;
+        });
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        let status = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match reader.read(&mut buf).await {
+                    Ok(0) | Err(_) => break None,
+                    Ok(n) => answer.extend_from_slice(&buf[..n]),
+                }
+                if let Some(line_end) = answer.windows(2).position(|w| w == b"\r\n") {
+                    let line = String::from_utf8_lossy(&answer[..line_end]).to_string();
+                    break line.split(' ').nth(1).and_then(|code| code.parse().ok());
+                }
+            }
+        })
+        .await
+        .expect("an answer to the oversized POST within 30 s");
+        write.abort();
+        status.unwrap_or_else(|| {
+            panic!(
+                "POST /webhook: no status line before the server closed: {:?}",
+                String::from_utf8_lossy(&answer)
+            )
+        })
     }
 
     pub fn seed_agent_pull(&self, number: u64, head: &str) {
