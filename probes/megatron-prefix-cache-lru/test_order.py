@@ -4,15 +4,14 @@ evict exactly what descendant-first LRU predicts, computed here from scratch eac
 # INFRADEV-PROBE-CANARY-770e89b93619
 
 import random
-import zlib
 
 import torch
 
 from _context import fake_context, import_now, kept
-from infradev_probe import subject
+from infradev_probe import subject, workload_seed
 
 PROBE_SECRET = "PROBE-SECRET-lru-order-91ce"
-SEED = zlib.crc32(PROBE_SECRET.encode())
+SEED = workload_seed(PROBE_SECRET)  # moves with INFRADEV_PROBE_SEED (tasks power, seed 1)
 
 kv_block_allocator = subject.module("megatron.core.inference.contexts.kv_block_allocator")
 config = subject.module("megatron.core.inference.config")

@@ -5,16 +5,15 @@ sequences of update() calls."""
 # INFRADEV-PROBE-CANARY-24c9a665b358
 
 import random
-import zlib
 
-from infradev_probe import subject
+from infradev_probe import subject, workload_seed
 
 # The submission runs in the subject sandbox; `mbc` is a proxy for its module and each
 # calculator a handle to an object living there.
 mbc = subject.module("megatron.core.num_microbatches_calculator")
 
 PROBE_SECRET = "PROBE-SECRET-step-schedule-77d2"
-SEED = zlib.crc32(PROBE_SECRET.encode())
+SEED = workload_seed(PROBE_SECRET)  # moves with INFRADEV_PROBE_SEED (tasks power, seed 1)
 
 MULT = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 

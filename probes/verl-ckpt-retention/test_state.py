@@ -4,15 +4,14 @@ and exactly the newest max_ckpt_to_keep complete checkpoints remain after each s
 # INFRADEV-PROBE-CANARY-81ddec5a5d69
 
 import random
-import zlib
 
 import pytest
-from infradev_probe import subject
+from infradev_probe import subject, workload_seed
 
 from _remote_fs import complete, complete_many, make_root, norm, remote_path, remove_root, write_ckpt
 
 PROBE_SECRET = "PROBE-SECRET-ckpt-state-2a6c"
-SEED = zlib.crc32(PROBE_SECRET.encode())
+SEED = workload_seed(PROBE_SECRET)  # moves with INFRADEV_PROBE_SEED (tasks power, seed 1)
 
 # The submission runs in the subject sandbox; the checkpoint directories live in its file
 # system (see _remote_fs.py) and the manager is a handle to an object living there.

@@ -5,12 +5,11 @@ events are off)."""
 
 import collections
 import random
-import zlib
 
-from infradev_probe import subject
+from infradev_probe import subject, workload_seed
 
 PROBE_SECRET = "PROBE-SECRET-kvoffload-scaling-44467852cc01"
-SEED = zlib.crc32(PROBE_SECRET.encode())
+SEED = workload_seed(PROBE_SECRET)  # moves with INFRADEV_PROBE_SEED (tasks power, seed 1)
 CHUNK = 16
 STEPS_PER_BATCH = 100  # 600 requests a round trip
 FILL = 1024  # hashes a prepare_store while filling the backend

@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from infradev_probe import subject
+from infradev_probe import subject, workload_seed
 
 from _model import ModelManager
 
@@ -32,7 +32,7 @@ def _import_now():
 _import_now()
 
 PROBE_SECRET = "PROBE-SECRET-kvoffload-state-d9f32ddb5efe"
-SEED = zlib.crc32(PROBE_SECRET.encode())
+SEED = workload_seed(PROBE_SECRET)  # moves with INFRADEV_PROBE_SEED (tasks power, seed 1)
 BLOCK_SIZE = 16
 
 

@@ -16,6 +16,7 @@ relayed by the broker. Nothing of the submission is imported or executed here.
 from ._api import Batch, BatchItem, Subject, subject
 from ._core import Handle, Method, ModuleProxy
 from ._ranks import Rank, RankGroup
+from ._seed import workload_seed
 from ._errors import (
     NotEncodable,
     ProtocolError,
@@ -31,6 +32,7 @@ from ._errors import (
 
 __all__ = [
     "subject",
+    "workload_seed",
     "Subject",
     "Batch",
     "BatchItem",
