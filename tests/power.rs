@@ -251,6 +251,33 @@ fn tasks_check_fails_on_stale_or_weak_power_records_and_lists_unmeasured_tasks()
         out.contains("power.toml leaves out minicache/extra.py now"),
         "{out}"
     );
+    // `only` narrows the change to the files named (a release-sourced task's change is the
+    // whole diff between releases): a file may not be both in it and out of scope, and a
+    // record computed on the whole change is stale.
+    std::fs::write(
+        task.join("power.toml"),
+        "only = [\"minicache/extra.py\"]\n[[out_of_scope]]\npath = \"minicache/extra.py\"\nreason = \"not asked for\"\n",
+    )
+    .unwrap();
+    let (code, out) = run(dir.path(), &["tasks", "check"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(
+            "power.toml:1:8: field `only`: `minicache/extra.py` is both in `only` and out of scope"
+        ),
+        "{out}"
+    );
+    std::fs::write(
+        task.join("power.toml"),
+        "only = [\"minicache/allocator.py\"]\n",
+    )
+    .unwrap();
+    let (code, out) = run(dir.path(), &["tasks", "check"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("power.toml's `only` names minicache/allocator.py now"),
+        "{out}"
+    );
 }
 
 /// `tasks validate --power`: the task is validated, then its probes' power measured into the

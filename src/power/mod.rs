@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::grading::Outcome;
+pub use crate::task::Scope;
 
 /// The kill rate a task must reach unless its power.toml says otherwise.
 pub const DEFAULT_THRESHOLD: f64 = 0.9;
@@ -341,6 +342,9 @@ pub struct PowerRecord {
     /// Files of the upstream change left out (power.toml `out_of_scope`), sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub out_of_scope: Vec<String>,
+    /// The only files of the change that got mutants (power.toml `only`), sorted; empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only: Vec<String>,
     pub seeds: Vec<u32>,
     /// Killed / (killed + survived); `null` when no mutant passed the official tests.
     pub kill_rate: Option<f64>,
@@ -483,18 +487,27 @@ pub enum Assessment {
 }
 
 /// Judges a task's recorded power against its probes as they are now. Pure.
-/// `out_of_scope` is power.toml's list of files left out, sorted.
+/// `scope` is which files power.toml gives mutants now.
 pub fn assess(
     record: Option<&PowerRecord>,
     current_digest: &str,
     threshold: f64,
-    out_of_scope: &[String],
+    scope: &Scope,
 ) -> Assessment {
     let Some(r) = record else {
         return Assessment::NotMeasured;
     };
     let mut problems = Vec::new();
-    if r.out_of_scope != out_of_scope {
+    let out_of_scope = &scope.out_of_scope;
+    if r.only != scope.only {
+        problems.push(format!(
+            "power.toml's `only` names {} now, the power record was computed on {}: run \
+             `infradev tasks power` again",
+            list_or_nothing(&scope.only),
+            list_or_nothing(&r.only)
+        ));
+    }
+    if &r.out_of_scope != out_of_scope {
         problems.push(format!(
             "power.toml leaves out {} now, the power record was computed leaving out {}: run \
              `infradev tasks power` again",

@@ -22,7 +22,7 @@ use super::{
 use crate::fetch::Cache;
 use crate::grade::{ExecutorChoice, GradeRequest, grade_submission};
 use crate::grading::{Expectation, Verdict};
-use crate::task::{PowerConfig, Task, load_power_config};
+use crate::task::{PowerConfig, Scope, Task, load_power_config};
 use crate::validate::{Source, VALIDATION_FILE, ValidateOptions, git, git_env, read_validation};
 
 /// How to run the analysis.
@@ -81,7 +81,7 @@ pub fn generate(
     repo: &Path,
     base: &str,
     reference: &str,
-    out_of_scope: &[String],
+    scope: &Scope,
     opts: &PowerOptions,
 ) -> anyhow::Result<Vec<Candidate>> {
     let diff = git(
@@ -102,7 +102,7 @@ pub fn generate(
         if task.tests.files.contains(&path) {
             continue; // The official tests are restored from the reference in every grade.
         }
-        if out_of_scope.contains(&path) {
+        if !scope.covers(&path) {
             continue; // Part of the upstream change the task does not ask for (power.toml).
         }
         let source = git(repo, &["show", &format!("{reference}:{path}")])?;
@@ -111,7 +111,7 @@ pub fn generate(
     if files.is_empty() {
         bail!(
             "task `{}`: the reference change touches no Python file outside the official tests \
-             and power.toml's out_of_scope",
+             and power.toml's scope (`out_of_scope`, `only`)",
             task.id
         );
     }
@@ -413,13 +413,13 @@ pub async fn power_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<Powe
     graded_task.base_commit = source.base.clone();
     graded_task.reference_commit = source.reference.clone();
 
-    let out_of_scope = config.out_of_scope_paths();
+    let scope = config.scope();
     let candidates = generate(
         task,
         &source.repo,
         &source.base,
         &source.reference,
-        &out_of_scope,
+        &scope,
         opts,
     )?;
     let selected = select(&candidates, opts.cap_per_operator);
@@ -539,7 +539,8 @@ pub async fn power_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<Powe
         reference_commit: source.reference.clone(),
         threshold: config.threshold,
         cap_per_operator: opts.cap_per_operator,
-        out_of_scope,
+        out_of_scope: scope.out_of_scope,
+        only: scope.only,
         seeds: SEEDS.to_vec(),
         kill_rate: kill_rate(&statuses),
         counts: Counts::of(&mutants, &variants),
@@ -657,6 +658,6 @@ pub fn assess_task(task: &Task) -> Result<super::Assessment, crate::task::Manife
         record.as_ref(),
         &digest,
         config.threshold,
-        &config.out_of_scope_paths(),
+        &config.scope(),
     ))
 }

@@ -297,6 +297,7 @@ fn record(digest: &str, rate: Option<f64>, survived: usize, rejected: usize) -> 
         threshold: 0.9,
         cap_per_operator: 6,
         out_of_scope: Vec::new(),
+        only: Vec::new(),
         seeds: SEEDS.to_vec(),
         kill_rate: rate,
         counts: Counts {
@@ -342,7 +343,7 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         ),
     ];
     for (r, want) in table {
-        match assess(r.as_ref(), now, 0.9, &[]) {
+        match assess(r.as_ref(), now, 0.9, &Scope::default()) {
             Assessment::Holds { .. } => assert!(want.is_empty(), "holds, expected {want:?}"),
             Assessment::Fails(found) => {
                 assert_eq!(found.len(), want.len(), "{found:?}");
@@ -353,31 +354,73 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
             Assessment::NotMeasured => panic!("a record was given"),
         }
     }
-    assert_eq!(assess(None, now, 0.9, &[]), Assessment::NotMeasured);
+    assert_eq!(
+        assess(None, now, 0.9, &Scope::default()),
+        Assessment::NotMeasured
+    );
     // A task's own threshold applies.
     assert!(matches!(
-        assess(Some(&record(now, Some(0.8), 1, 0)), now, 0.75, &[]),
+        assess(
+            Some(&record(now, Some(0.8), 1, 0)),
+            now,
+            0.75,
+            &Scope::default()
+        ),
         Assessment::Holds { .. }
     ));
     // A record made with another scope than power.toml's now is stale.
-    let scoped = vec!["pkg/agent_loop.py".to_owned()];
-    match assess(Some(&record(now, Some(1.0), 0, 0)), now, 0.9, &scoped) {
-        Assessment::Fails(found) => {
-            assert_eq!(found.len(), 1, "{found:?}");
-            assert!(
-                found[0].contains("leaves out pkg/agent_loop.py now")
-                    && found[0].contains("leaving out nothing"),
-                "{found:?}"
-            );
+    let scoped = Scope {
+        out_of_scope: vec!["pkg/agent_loop.py".to_owned()],
+        only: Vec::new(),
+    };
+    let only = Scope {
+        out_of_scope: Vec::new(),
+        only: vec!["pkg/lru.py".to_owned()],
+    };
+    for (scope, says) in [
+        (
+            &scoped,
+            ["leaves out pkg/agent_loop.py now", "leaving out nothing"],
+        ),
+        (
+            &only,
+            ["`only` names pkg/lru.py now", "computed on nothing"],
+        ),
+    ] {
+        match assess(Some(&record(now, Some(1.0), 0, 0)), now, 0.9, scope) {
+            Assessment::Fails(found) => {
+                assert_eq!(found.len(), 1, "{found:?}");
+                assert!(says.iter().all(|s| found[0].contains(s)), "{found:?}");
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
+        let mut same = record(now, Some(1.0), 0, 0);
+        same.out_of_scope = scope.out_of_scope.clone();
+        same.only = scope.only.clone();
+        assert!(matches!(
+            assess(Some(&same), now, 0.9, scope),
+            Assessment::Holds { .. }
+        ));
     }
-    let mut same = record(now, Some(1.0), 0, 0);
-    same.out_of_scope = scoped.clone();
-    assert!(matches!(
-        assess(Some(&same), now, 0.9, &scoped),
-        Assessment::Holds { .. }
-    ));
+}
+
+#[test]
+fn a_scope_covers_a_file_unless_left_out_or_outside_only() {
+    let table = [
+        (vec![], vec![], "pkg/a.py", true),
+        (vec!["pkg/a.py"], vec![], "pkg/a.py", false),
+        (vec!["pkg/b.py"], vec![], "pkg/a.py", true),
+        (vec![], vec!["pkg/a.py"], "pkg/a.py", true),
+        (vec![], vec!["pkg/b.py"], "pkg/a.py", false),
+        (vec!["pkg/c.py"], vec!["pkg/a.py"], "pkg/c.py", false),
+    ];
+    for (out, only, path, want) in table {
+        let scope = Scope {
+            out_of_scope: out.iter().map(|s| s.to_string()).collect(),
+            only: only.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(scope.covers(path), want, "{scope:?} {path}");
+    }
 }
 
 #[test]

@@ -12,6 +12,6 @@ pub use manifest::{
     Environment, Gpus, MAX_RETRIES, OfficialTests, Release, Resources, Task, Timeouts, Upstream,
     UpstreamSource, load_task,
 };
-pub use power::{Equivalent, OutOfScope, POWER_FILE, PowerConfig, load_power_config};
+pub use power::{Equivalent, OutOfScope, POWER_FILE, PowerConfig, Scope, load_power_config};
 pub use probes::{Budget, Probe, ProbeSet, load_probes};
 pub use registry::{CheckProblem, Registry, check_task};

@@ -18,6 +18,26 @@ pub struct PowerConfig {
     pub equivalent: Vec<Equivalent>,
     /// Files of the upstream change the task does not ask for: no mutant is made in them.
     pub out_of_scope: Vec<OutOfScope>,
+    /// When not empty, the only files of the reference change that get mutants (a
+    /// release-sourced task's change is the whole diff between two releases, not the PR's).
+    pub only: Vec<String>,
+}
+
+/// Which files of the reference change get mutants, as a power record keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// power.toml's `out_of_scope` paths, sorted.
+    pub out_of_scope: Vec<String>,
+    /// power.toml's `only` paths, sorted (empty: every file of the change).
+    pub only: Vec<String>,
+}
+
+impl Scope {
+    /// Whether mutants are made in `path` (a changed file that is not an official test).
+    pub fn covers(&self, path: &str) -> bool {
+        !self.out_of_scope.iter().any(|p| p == path)
+            && (self.only.is_empty() || self.only.iter().any(|p| p == path))
+    }
 }
 
 /// A file of the upstream change outside the task (the prompt does not ask for it).
@@ -36,6 +56,16 @@ impl PowerConfig {
         let mut paths: Vec<String> = self.out_of_scope.iter().map(|o| o.path.clone()).collect();
         paths.sort();
         paths
+    }
+
+    /// The files that get mutants, as the power record keeps them.
+    pub fn scope(&self) -> Scope {
+        let mut only = self.only.clone();
+        only.sort();
+        Scope {
+            out_of_scope: self.out_of_scope_paths(),
+            only,
+        }
     }
 }
 
@@ -58,6 +88,8 @@ struct RawPower {
     equivalent: Vec<Spanned<Equivalent>>,
     #[serde(default)]
     out_of_scope: Vec<Spanned<OutOfScope>>,
+    #[serde(default)]
+    only: Option<Spanned<Vec<String>>>,
 }
 
 /// The task's power.toml, or the defaults when it has none.
@@ -67,6 +99,7 @@ pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
         threshold: crate::power::DEFAULT_THRESHOLD,
         equivalent: Vec::new(),
         out_of_scope: Vec::new(),
+        only: Vec::new(),
     };
     let text = match std::fs::read_to_string(&file) {
         Ok(text) => text,
@@ -130,6 +163,27 @@ pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
             ));
         }
         config.out_of_scope.push(o);
+    }
+    if let Some(only) = raw.only {
+        let span = only.span();
+        let only = only.into_inner();
+        let problem = if only.is_empty() {
+            Some("name at least one file, or leave `only` out".to_owned())
+        } else if let Some(p) = only
+            .iter()
+            .find(|p| config.out_of_scope.iter().any(|o| &o.path == *p))
+        {
+            Some(format!("`{p}` is both in `only` and out of scope"))
+        } else {
+            only.iter()
+                .enumerate()
+                .find(|(i, p)| only[..*i].contains(p))
+                .map(|(_, p)| format!("`{p}` is listed twice"))
+        };
+        if let Some(problem) = problem {
+            return Err(ManifestError::at(&file, &text, span, Some("only"), problem));
+        }
+        config.only = only;
     }
     Ok(config)
 }
