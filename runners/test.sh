@@ -65,3 +65,14 @@ if [ "$(cat target/task-suite/validate.rc)" != 0 ]; then
   echo "test: task $VALIDATE_TASK did not validate" >&2
   exit 1
 fi
+
+# The wire codec's torch cases (tensors, dtypes, devices) need torch, which the host's Python
+# lacks: run the wire tests again in the torch layer the validation just built, where a missing
+# torch fails instead of skipping.
+layer=$(docker images --format '{{.Repository}}:{{.Tag}}' --filter 'reference=infradev-layer/torch-2.8:*' | head -n 1)
+if [ -z "$layer" ]; then
+  echo "test: no infradev-layer/torch-2.8 image after validating $VALIDATE_TASK" >&2
+  exit 1
+fi
+docker run --rm --network none -e INFRADEV_REQUIRE_TORCH=1 -v "$PWD/runners/python:/src:ro" -w /src \
+  "$layer" python3 -m pytest -q -p no:cacheprovider tests/test_wire.py

@@ -34,6 +34,17 @@ def need_numpy():
     return pytest.importorskip("numpy")
 
 
+def need_torch():
+    """torch, or a skip: the host's Debian Python has none. runners/test.sh runs the wire tests
+    again inside the torch layer image with INFRADEV_REQUIRE_TORCH=1, where a missing torch
+    fails the test instead."""
+    if os.environ.get("INFRADEV_REQUIRE_TORCH") == "1":
+        import torch
+
+        return torch
+    return pytest.importorskip("torch")
+
+
 # A small package for the subject to import.
 SUBMISSION = {
     "subjpkg/__init__.py": """

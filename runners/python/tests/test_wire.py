@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from conftest import need_numpy, wire
+from conftest import need_numpy, need_torch, wire
 
 
 class Obj:
@@ -266,7 +266,7 @@ def test_unsupported_numpy_dtypes_become_handles():
 
 
 def test_tensor_round_trips():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     need_numpy()
     for dtype in (torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.float16):
         t = torch.arange(6).reshape(2, 3).to(dtype)
