@@ -92,14 +92,7 @@ mod tests {
     use crate::grading::{BudgetBreach, BudgetKind, Kill};
 
     fn phase() -> PhaseEvidence {
-        PhaseEvidence {
-            phase: Phase::Probes,
-            exit_code: Some(1),
-            kill: None,
-            infra_error: None,
-            inconsistent: None,
-            tampered: None,
-        }
+        PhaseEvidence::exited(Phase::Probes, 1)
     }
 
     fn attempt(outcome: Outcome) -> TestEvidence {

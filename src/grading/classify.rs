@@ -129,14 +129,7 @@ mod tests {
     use crate::grading::{BudgetBreach, Phase};
 
     fn phase() -> PhaseEvidence {
-        PhaseEvidence {
-            phase: Phase::Probes,
-            exit_code: Some(1),
-            kill: None,
-            infra_error: None,
-            inconsistent: None,
-            tampered: None,
-        }
+        PhaseEvidence::exited(Phase::Probes, 1)
     }
 
     fn failed(exception: Option<&str>, message: &str) -> TestEvidence {

@@ -181,3 +181,17 @@ pub struct PhaseEvidence {
     #[serde(default)]
     pub tampered: Option<String>,
 }
+
+impl PhaseEvidence {
+    /// A phase whose sandbox exited with `exit_code` and nothing else to say about it.
+    pub fn exited(phase: Phase, exit_code: i64) -> Self {
+        PhaseEvidence {
+            phase,
+            exit_code: Some(exit_code),
+            kill: None,
+            infra_error: None,
+            inconsistent: None,
+            tampered: None,
+        }
+    }
+}

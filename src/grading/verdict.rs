@@ -322,14 +322,7 @@ mod tests {
     use crate::grading::{BudgetBreach, BudgetKind, Phase};
 
     fn phase(phase: Phase) -> PhaseEvidence {
-        PhaseEvidence {
-            phase,
-            exit_code: Some(0),
-            kill: None,
-            infra_error: None,
-            inconsistent: None,
-            tampered: None,
-        }
+        PhaseEvidence::exited(phase, 0)
     }
 
     fn test(id: &str, phase: Phase, outcome: Outcome) -> TestEvidence {

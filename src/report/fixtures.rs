@@ -28,14 +28,7 @@ const STATE: &str = "test_state.py::test_resume_restores_step_count";
 const MEMORY: &str = "test_mem.py::test_history_is_bounded";
 
 fn phase(phase: Phase, exit_code: i64) -> PhaseEvidence {
-    PhaseEvidence {
-        phase,
-        exit_code: Some(exit_code),
-        kill: None,
-        infra_error: None,
-        inconsistent: None,
-        tampered: None,
-    }
+    PhaseEvidence::exited(phase, exit_code)
 }
 
 fn test(id: &str, outcome: Outcome) -> TestEvidence {
