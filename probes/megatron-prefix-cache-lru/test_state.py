@@ -191,6 +191,20 @@ class Sim:
                 if b not in self.block_hash:
                     self.ts.pop(b, None)  # unregistered partial block: back to the pool
 
+    def release_together(self, rids):
+        """Requests that finish on the same step, released in one call: a block they share
+        appears once per request in the tensor."""
+        self.tick()
+        tables = [self.requests.pop(rid) for rid in rids]
+        blocks = [b for table in tables for b in table]
+        self.a.release_memory_blocks(torch.tensor(blocks, dtype=torch.int32))
+        for b in blocks:
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                del self.ref[b]
+                if b not in self.block_hash:
+                    self.ts.pop(b, None)
+
     # -- checks --------------------------------------------------------------
     def check(self):
         a = self.a
@@ -310,6 +324,44 @@ def test_pinned_prefix_survives_churn():
         sim.forget(want[0])
         sim.check()
     assert sim.a.evict_lru_blocks(1) is False
+
+
+def test_requests_sharing_a_prefix_released_together():
+    """Requirement: `release_memory_blocks(blocks)` drops one reference per occurrence of a
+    block in `blocks`. Requests that share a prefix and finish on the same step are released
+    in one call, so their shared blocks appear once per request: afterwards every shared block
+    is back at the reference count the remaining requests hold (0: cached and evictable), the
+    free pool and the cache match the model, and the shared prefix can be evicted when space
+    is needed.
+
+    The official tests release one request per call, where no block appears twice."""
+    rng = random.Random(SEED + 4)
+    sim = Sim(total_count=48)
+    systems = [[rng.randrange(10**6) for _ in range(rng.randrange(2, 5))] for _ in range(3)]
+    for _ in range(12):
+        group = []
+        system = rng.choice(systems)
+        for _ in range(rng.randrange(2, 5)):
+            contents = list(system) + [rng.randrange(3) for _ in range(rng.randrange(0, 3))]
+            rid = sim.add_request(contents, partial=rng.random() < 0.5, split=rng.randrange(1, 3))
+            if rid is not None:
+                group.append(rid)
+        shared = len({b for r in group for b in sim.requests[r]}) < sum(
+            len(sim.requests[r]) for r in group)
+        keep = group[-1] if rng.random() < 0.3 else None
+        sim.release_together([r for r in group if r != keep])
+        sim.check()
+        if keep is not None:
+            sim.release(keep)
+            sim.check()
+        assert shared or len(group) < 2, "the requests of a group share their system prompt"
+    # Everything is released: the whole cache is evictable and peels down to nothing.
+    assert not sim.ref
+    need = len(sim.evictable())
+    assert need > 0 and sim.a.evict_lru_blocks(need) is True
+    for b in sim.expected_eviction(need):
+        sim.forget(b)
+    sim.check()
 
 
 def test_failed_allocation_changes_nothing():
