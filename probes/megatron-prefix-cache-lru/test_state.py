@@ -181,15 +181,7 @@ class Sim:
         return rid
 
     def release(self, rid):
-        self.tick()
-        table = self.requests.pop(rid)
-        self.a.release_memory_blocks(torch.tensor(table, dtype=torch.int32))
-        for b in table:
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                del self.ref[b]
-                if b not in self.block_hash:
-                    self.ts.pop(b, None)  # unregistered partial block: back to the pool
+        self.release_together([rid])
 
     def release_together(self, rids):
         """Requests that finish on the same step, released in one call: a block they share
@@ -203,7 +195,7 @@ class Sim:
             if self.ref[b] == 0:
                 del self.ref[b]
                 if b not in self.block_hash:
-                    self.ts.pop(b, None)
+                    self.ts.pop(b, None)  # unregistered partial block: back to the pool
 
     # -- checks --------------------------------------------------------------
     def check(self):
