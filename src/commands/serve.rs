@@ -19,11 +19,13 @@ pub async fn serve(path: &Path, log_format: LogFormat) -> Result<u8, CliError> {
         code: exit::INFRA,
         error,
     };
+    // Watch for SIGTERM before the service says "serving": a supervisor that stops it right
+    // after that line must get a drain, not the default action (killed by the signal).
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|e| infra(anyhow::anyhow!("cannot watch for SIGTERM: {e}")))?;
     let mut service = crate::app::service::Service::start(config, secrets, Default::default())
         .await
         .map_err(infra)?;
-    let mut terminate = signal(SignalKind::terminate())
-        .map_err(|e| infra(anyhow::anyhow!("cannot watch for SIGTERM: {e}")))?;
     // In JSON, every line is an object: the service logs its address itself ("serving").
     if log_format == LogFormat::Text {
         eprintln!("infradev: listening on http://{}", service.addr());
