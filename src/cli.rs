@@ -513,7 +513,8 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 };
                 fetch_wheels(&host.python, &task, &root.join("runners"), &cache).map_err(infra)?;
                 if let UpstreamSource::Release { base, reference } = &task.upstream.source {
-                    for release in [base, reference] {
+                    let fixes = task.upstream.follow_up_releases.iter().map(|f| &f.release);
+                    for release in [base, reference].into_iter().chain(fixes) {
                         let path = fetch_sdist(release, &cache).await.map_err(infra)?;
                         println!("{}: {release} at {}", task.id, path.display());
                     }

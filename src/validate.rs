@@ -29,7 +29,7 @@ use crate::grade::{ExecutorChoice, GradeRequest, grade_submission};
 use crate::grading::{Expectation, Outcome, Verdict};
 use crate::report::Report;
 use crate::sandbox::docker::{DockerExecutor, EnvImage};
-use crate::task::{Release, Task, UpstreamSource};
+use crate::task::{FollowUpRelease, Release, Task, UpstreamSource};
 
 /// The file written beside task.toml.
 pub const VALIDATION_FILE: &str = "validation.json";
@@ -530,15 +530,27 @@ impl Source {
                 std::fs::create_dir_all(&repo)?;
                 git(&repo, &["init", "--quiet"])?;
                 let base_sha = commit_sdist(&repo, &base_sdist, base, None)?;
-                let reference_sha =
+                let mut reference_sha =
                     commit_sdist(&repo, &reference_sdist, reference, Some(&base_sha))?;
+                let mut follow_up = Vec::new();
+                for fix in &task.upstream.follow_up_releases {
+                    let sdist = fetch_sdist(&fix.release, &opts.cache).await?;
+                    reference_sha = with_release_follow_up(&repo, &reference_sha, &sdist, fix)
+                        .with_context(|| {
+                            format!(
+                                "task `{}`: upstream.follow_up_release {}",
+                                task.id, fix.release
+                            )
+                        })?;
+                    follow_up.extend(fix.paths.iter().map(|p| format!("{}:{p}", fix.release)));
+                }
                 let record = SourceRecord {
                     kind: "release".into(),
                     base: base.to_string(),
                     reference: reference.to_string(),
                     base_commit: base_sha.clone(),
                     reference_commit: reference_sha.clone(),
-                    follow_up: Vec::new(),
+                    follow_up,
                     note: task.upstream.note.clone(),
                 };
                 (base_sha, reference_sha, record)
@@ -604,6 +616,61 @@ fn with_follow_ups(repo: &Path, reference: &str, follow_up: &[String]) -> anyhow
         .to_owned();
     }
     Ok(head)
+}
+
+/// The reference with `fix.paths` replaced by their content in the later release `sdist`, as
+/// one commit on top of it: what upstream's fix made of those files. A path the fix release
+/// does not ship is an error naming it.
+fn with_release_follow_up(
+    repo: &Path,
+    reference: &str,
+    sdist: &Path,
+    fix: &FollowUpRelease,
+) -> anyhow::Result<String> {
+    let work = tempfile::tempdir()?;
+    // `*` stands for the sdist's top folder only: a deeper file of the same name is not it.
+    let unpacked = Command::new("tar")
+        .arg("-xzf")
+        .arg(sdist)
+        .arg("--strip-components=1")
+        .arg("--no-same-owner")
+        .arg("--wildcards")
+        .arg("--no-wildcards-match-slash")
+        .arg("-C")
+        .arg(work.path())
+        .args(fix.paths.iter().map(|p| format!("*/{p}")))
+        .output()
+        .context("cannot run tar")?;
+    let index = repo
+        .join(".git")
+        .join(format!("index-follow-up-{}", fix.release.version));
+    let env = [("GIT_INDEX_FILE", index.as_os_str())];
+    let run = |args: &[&str]| git_env(repo, &env, args);
+    run(&["read-tree", reference])?;
+    for path in &fix.paths {
+        let file = work.path().join(path);
+        if !file.is_file() {
+            bail!("{} ships no file {path}", fix.release);
+        }
+        let blob = run(&["hash-object", "-w", &file.display().to_string()])?;
+        run(&[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("100644,{blob},{path}"),
+        ])?;
+    }
+    // Every path is there, so a failure is something else.
+    if !unpacked.status.success() {
+        bail!(
+            "cannot unpack {}: {}",
+            sdist.display(),
+            String::from_utf8_lossy(&unpacked.stderr).trim()
+        );
+    }
+    let tree = run(&["write-tree"])?;
+    let message = format!("follow-up from {}: {}", fix.release, fix.paths.join(", "));
+    run(&["commit-tree", &tree, "-p", reference, "-m", &message])
 }
 
 /// Commits an sdist's tree (its top folder stripped) on top of `parent`, replacing the tree.
@@ -889,6 +956,99 @@ mod follow_up_tests {
         let err = with_follow_ups(repo, base.trim(), std::slice::from_ref(&clash)).unwrap_err();
         assert!(
             format!("{err:#}").contains(&format!("{clash} does not apply cleanly")),
+            "{err:#}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod follow_up_release_tests {
+    use super::{commit_sdist, git, with_release_follow_up};
+    use crate::task::{FollowUpRelease, Release};
+    use std::path::Path;
+
+    fn release(version: &str) -> Release {
+        Release {
+            name: "pkg".into(),
+            version: version.into(),
+            sha256: "0".repeat(64),
+        }
+    }
+
+    /// An sdist as PyPI ships it: one top folder holding the tree.
+    fn sdist(dir: &Path, version: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let top = dir.join(format!("pkg-{version}"));
+        for (path, text) in files {
+            let file = top.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        }
+        let out = dir.join(format!("pkg-{version}.tar.gz"));
+        let status = std::process::Command::new("tar")
+            .arg("-czf")
+            .arg(&out)
+            .arg("-C")
+            .arg(dir)
+            .arg(format!("pkg-{version}"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        out
+    }
+
+    #[test]
+    fn only_the_named_files_come_from_the_fix_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q"]).unwrap();
+        let base = sdist(dir.path(), "1.0", &[("pkg/lru.py", "old\n")]);
+        let reference = sdist(
+            dir.path(),
+            "1.1",
+            &[("pkg/lru.py", "buggy\n"), ("pkg/other.py", "1.1\n")],
+        );
+        // The fix release also changed other files, and ships a deeper file of the same name.
+        let later = sdist(
+            dir.path(),
+            "2.0",
+            &[
+                ("pkg/lru.py", "fixed\n"),
+                ("pkg/other.py", "2.0\n"),
+                ("vendored/pkg/lru.py", "not this one\n"),
+            ],
+        );
+        let base_sha = commit_sdist(&repo, &base, &release("1.0"), None).unwrap();
+        let reference_sha =
+            commit_sdist(&repo, &reference, &release("1.1"), Some(&base_sha)).unwrap();
+        let fix = FollowUpRelease {
+            release: release("2.0"),
+            paths: vec!["pkg/lru.py".into()],
+            note: None,
+        };
+        let fixed = with_release_follow_up(&repo, &reference_sha, &later, &fix).unwrap();
+        let show = |path: &str| git(&repo, &["show", &format!("{fixed}:{path}")]);
+        assert_eq!(show("pkg/lru.py").unwrap(), "fixed");
+        assert_eq!(show("pkg/other.py").unwrap(), "1.1", "only the named file");
+        assert!(show("vendored/pkg/lru.py").is_err());
+        assert_eq!(
+            git(&repo, &["rev-parse", &format!("{fixed}^")]).unwrap(),
+            reference_sha
+        );
+        // Deterministic: the same fix makes the same commit.
+        assert_eq!(
+            with_release_follow_up(&repo, &reference_sha, &later, &fix).unwrap(),
+            fixed
+        );
+
+        // A path the fix release does not ship is named.
+        let missing = FollowUpRelease {
+            paths: vec!["pkg/gone.py".into()],
+            ..fix
+        };
+        let err = with_release_follow_up(&repo, &reference_sha, &later, &missing).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("pkg==2.0 ships no file pkg/gone.py"),
             "{err:#}"
         );
     }

@@ -97,6 +97,78 @@ fn the_shipped_tasks_check_clean() {
 }
 
 #[test]
+fn a_follow_up_release_names_a_pinned_release_and_clean_paths() {
+    let s = Scratch::new();
+    let sha = "a".repeat(64);
+    s.replace_line(
+        &s.task_toml(),
+        "validate_from",
+        &format!(
+            "validate_from = \"release\"\nbase_release = \"pkg==1.0\"\nbase_sha256 = \"{sha}\"\n\
+             reference_release = \"pkg==1.1\"\nreference_sha256 = \"{sha}\""
+        ),
+    );
+    let table = s.replace_line(
+        &s.task_toml(),
+        "note",
+        &format!(
+            "[[upstream.follow_up_release]]\nrelease = \"pkg==2.0\"\nsha256 = \"{sha}\"\n\
+             paths = [\"pkg/../setup.py\"]"
+        ),
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert_names(
+        &out,
+        &s.task_toml(),
+        table + 3,
+        "upstream.follow_up_release.paths",
+        "`pkg/../setup.py` is not a relative path inside the repository",
+    );
+
+    s.replace_line(&s.task_toml(), "paths", "paths = [\"pkg/lru.py\"]");
+    let release = s.replace_line(
+        &s.task_toml(),
+        "release = \"pkg==2.0",
+        "release = \"pkg-2.0\"",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert_names(
+        &out,
+        &s.task_toml(),
+        release,
+        "upstream.follow_up_release.release",
+        "`pkg-2.0` is not `name==version`",
+    );
+
+    s.replace_line(
+        &s.task_toml(),
+        "release = \"pkg-2.0",
+        "release = \"pkg==2.0\"",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 0, "{out}");
+
+    // A git source takes fix commits instead.
+    let line = s.replace_line(&s.task_toml(), "validate_from", "validate_from = \"git\"");
+    for key in [
+        "base_release",
+        "base_sha256",
+        "reference_release",
+        "reference_sha256",
+    ] {
+        s.replace_line(&s.task_toml(), key, "");
+    }
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("field `upstream.follow_up_release`") && out.contains("upstream.follow_up)"),
+        "{out} (line {line})"
+    );
+}
+
+#[test]
 fn an_unknown_key_is_named_with_its_line() {
     let s = Scratch::new();
     let line = s.replace_line(&s.task_toml(), "title", "colour = \"red\"");

@@ -82,6 +82,9 @@ pub struct Upstream {
     /// `reference_commit`, in order, to make the reference that validation and probe power
     /// grade: a task's reference must not carry a bug upstream already fixed.
     pub follow_up: Vec<String>,
+    /// For a release source: files taken from later releases that fixed the reference
+    /// (`[[upstream.follow_up_release]]`), laid over the reference sdist's tree in order.
+    pub follow_up_releases: Vec<FollowUpRelease>,
     /// Provenance: why releases stand in for the commits, and so on.
     pub note: Option<String>,
 }
@@ -103,6 +106,17 @@ pub struct Release {
     pub version: String,
     /// SHA-256 of the sdist, lowercase hex.
     pub sha256: String,
+}
+
+/// An upstream fix of a release-sourced reference: the files it changed, as a later release
+/// ships them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FollowUpRelease {
+    pub release: Release,
+    /// Paths in the repository (and in the sdist below its top folder), `/`-separated.
+    pub paths: Vec<String>,
+    /// Which upstream change this is, for the record.
+    pub note: Option<String>,
 }
 
 impl std::fmt::Display for Release {
@@ -196,6 +210,18 @@ struct RawUpstream {
     reference_sha256: Option<Spanned<String>>,
     #[serde(default)]
     follow_up: Vec<Spanned<String>>,
+    #[serde(default)]
+    follow_up_release: Vec<Spanned<RawFollowUpRelease>>,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFollowUpRelease {
+    release: Spanned<String>,
+    sha256: Spanned<String>,
+    paths: Vec<Spanned<String>>,
     #[serde(default)]
     note: Option<String>,
 }
@@ -458,48 +484,32 @@ fn upstream(raw: Spanned<RawUpstream>, err: &ErrAt<'_>) -> Result<Upstream, Mani
                            sha: &Option<Spanned<String>>,
                            which: &str|
              -> Result<Release, ManifestError> {
-                let req = req.as_ref().ok_or_else(|| {
+                let missing = |field: &str, why: &str| {
                     err(
                         span.clone(),
-                        &format!("upstream.{which}_release"),
-                        "missing (validate_from = \"release\" needs both releases)".into(),
+                        &format!("upstream.{which}_{field}"),
+                        why.into(),
                     )
-                })?;
-                let Some((name, version)) = req
-                    .get_ref()
-                    .split_once("==")
-                    .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
-                else {
-                    return Err(err(
-                        req.span(),
-                        &format!("upstream.{which}_release"),
-                        format!("`{}` is not `name==version`", req.get_ref()),
-                    ));
                 };
-                let sha = sha.as_ref().ok_or_else(|| {
-                    err(
-                        span.clone(),
-                        &format!("upstream.{which}_sha256"),
-                        "missing: every release is pinned by the SHA-256 of its sdist".into(),
+                let req = req.as_ref().ok_or_else(|| {
+                    missing(
+                        "release",
+                        "missing (validate_from = \"release\" needs both releases)",
                     )
                 })?;
-                if sha.get_ref().len() != 64
-                    || !sha
-                        .get_ref()
-                        .bytes()
-                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-                {
-                    return Err(err(
-                        sha.span(),
-                        &format!("upstream.{which}_sha256"),
-                        "must be 64 lowercase hex digits".into(),
-                    ));
-                }
-                Ok(Release {
-                    name: name.trim().to_owned(),
-                    version: version.trim().to_owned(),
-                    sha256: sha.get_ref().clone(),
-                })
+                let sha = sha.as_ref().ok_or_else(|| {
+                    missing(
+                        "sha256",
+                        "missing: every release is pinned by the SHA-256 of its sdist",
+                    )
+                })?;
+                parse_release(
+                    req,
+                    &format!("upstream.{which}_release"),
+                    sha,
+                    &format!("upstream.{which}_sha256"),
+                    err,
+                )
             };
             UpstreamSource::Release {
                 base: release(&raw.base_release, &raw.base_sha256, "base")?,
@@ -526,11 +536,98 @@ fn upstream(raw: Spanned<RawUpstream>, err: &ErrAt<'_>) -> Result<Upstream, Mani
         }
         follow_up.push(sha.into_inner());
     }
+    let mut follow_up_releases = Vec::new();
+    for fix in raw.follow_up_release {
+        let fix_span = fix.span();
+        let fix = fix.into_inner();
+        if !matches!(source, UpstreamSource::Release { .. }) {
+            return Err(err(
+                fix_span,
+                "upstream.follow_up_release",
+                "only for validate_from = \"release\" (for a git source, list the fix commits \
+                 in upstream.follow_up)"
+                    .into(),
+            ));
+        }
+        let release = parse_release(
+            &fix.release,
+            "upstream.follow_up_release.release",
+            &fix.sha256,
+            "upstream.follow_up_release.sha256",
+            err,
+        )?;
+        if fix.paths.is_empty() {
+            return Err(err(
+                fix_span,
+                "upstream.follow_up_release.paths",
+                "empty: name the files the fix changed".into(),
+            ));
+        }
+        let mut paths = Vec::new();
+        for path in fix.paths {
+            let p = path.get_ref();
+            let clean = !p.is_empty()
+                && !p.starts_with('/')
+                && p.split('/').all(|part| !matches!(part, "" | "." | ".."));
+            if !clean {
+                return Err(err(
+                    path.span(),
+                    "upstream.follow_up_release.paths",
+                    format!("`{p}` is not a relative path inside the repository"),
+                ));
+            }
+            paths.push(path.into_inner());
+        }
+        follow_up_releases.push(FollowUpRelease {
+            release,
+            paths,
+            note: fix.note,
+        });
+    }
     Ok(Upstream {
         packages: raw.packages,
         source,
         follow_up,
+        follow_up_releases,
         note: raw.note,
+    })
+}
+
+/// `name==version` pinned by the SHA-256 of its sdist.
+fn parse_release(
+    req: &Spanned<String>,
+    req_field: &str,
+    sha: &Spanned<String>,
+    sha_field: &str,
+    err: &ErrAt<'_>,
+) -> Result<Release, ManifestError> {
+    let Some((name, version)) = req
+        .get_ref()
+        .split_once("==")
+        .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
+    else {
+        return Err(err(
+            req.span(),
+            req_field,
+            format!("`{}` is not `name==version`", req.get_ref()),
+        ));
+    };
+    let hex = sha.get_ref();
+    if hex.len() != 64
+        || !hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(err(
+            sha.span(),
+            sha_field,
+            "must be 64 lowercase hex digits".into(),
+        ));
+    }
+    Ok(Release {
+        name: name.trim().to_owned(),
+        version: version.trim().to_owned(),
+        sha256: hex.clone(),
     })
 }
 

@@ -9,8 +9,8 @@ pub mod scaffold;
 
 pub use error::ManifestError;
 pub use manifest::{
-    Environment, Gpus, MAX_RETRIES, OfficialTests, Release, Resources, Task, Timeouts, Upstream,
-    UpstreamSource, load_task,
+    Environment, FollowUpRelease, Gpus, MAX_RETRIES, OfficialTests, Release, Resources, Task,
+    Timeouts, Upstream, UpstreamSource, load_task,
 };
 pub use power::{Equivalent, OutOfScope, POWER_FILE, PowerConfig, Scope, load_power_config};
 pub use probes::{Budget, Probe, ProbeSet, load_probes};
