@@ -242,6 +242,10 @@ pub enum TasksCommand {
         /// Write `<task-id>.validation.json` here instead of the task's validation.json.
         #[arg(long)]
         out_dir: Option<PathBuf>,
+        /// Grade nothing: apply power.toml's reviewed equivalents to the recorded mutants
+        /// (after reviewing a survivor) and write the record back.
+        #[arg(long)]
+        rejudge: bool,
     },
     /// Scaffold a task from a merged pull request of a local clone: task.toml with the
     /// changed test files, FAIL_TO_PASS / PASS_TO_PASS proposed from runs on the base and
@@ -635,6 +639,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             jobs,
             cap,
             out_dir,
+            rejudge,
         } => {
             let opts = crate::power::run::PowerOptions {
                 runners: root.join("runners"),
@@ -647,6 +652,16 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             };
             let mut weak = Vec::new();
             for task in select.resolve(root)? {
+                if rejudge {
+                    let record =
+                        crate::power::run::rejudge_task(&task, &opts).map_err(|error| {
+                            CliError::task(error.context(format!("rejudging task `{}`", task.id)))
+                        })?;
+                    if !crate::power::run::print_outcome(&task.id, &record) {
+                        weak.push(task.id.clone());
+                    }
+                    continue;
+                }
                 fetch_wheels(&host.python, &task, &opts.runners, &opts.cache)
                     .and(Ok(()))
                     .map_err(|error| CliError {

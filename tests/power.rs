@@ -323,3 +323,63 @@ fn tasks_validate_measures_power_too_when_asked() {
     assert_eq!(v["power"]["cap_per_operator"], 1);
     assert!(v["power"]["kill_rate"].as_f64().is_some(), "{}", v["power"]);
 }
+
+#[test]
+fn rejudging_applies_a_reviewed_equivalent_without_grading_again() {
+    let (dir, task) = scratch();
+    // Make one killed mutant of the committed record a survivor that behaved like the
+    // reference on every seed, as a long power run would have left it.
+    let mut id = String::new();
+    set_power(&task, |v| {
+        let m = v["power"]["mutants"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|m| m["status"] == "killed")
+            .unwrap();
+        id = m["id"].as_str().unwrap().to_owned();
+        m["status"] = "survived".into();
+        m["probes"] = "passed".into();
+        m.as_object_mut().unwrap().remove("killed_by");
+        m["note"] = infradev::power::NO_EVIDENCE.into();
+    });
+    let (code, out) = run(dir.path(), &["tasks", "power", TASK, "--rejudge"]);
+    assert_eq!(code, 2, "one survivor puts the kill rate under 90 %: {out}");
+    assert!(out.contains(&format!("survived {id}")), "{out}");
+    let (code, out) = run(dir.path(), &["tasks", "check"]);
+    assert_eq!(code, 2, "{out}");
+
+    // Reviewed as equivalent in power.toml: the record takes it without grading.
+    let config = std::fs::read_to_string(task.join("power.toml")).unwrap();
+    std::fs::write(
+        task.join("power.toml"),
+        format!(
+            "{config}\n[[equivalent]]\nmutant = \"{id}\"\nreason = \"reviewed in this test\"\n"
+        ),
+    )
+    .unwrap();
+    let (code, out) = run(dir.path(), &["tasks", "power", TASK, "--rejudge"]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(task.join("validation.json")).unwrap())
+            .unwrap();
+    let m = v["power"]["mutants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id.as_str())
+        .unwrap();
+    assert_eq!(m["status"], "possibly_equivalent");
+    assert_eq!(m["note"], "reviewed: reviewed in this test");
+    assert_eq!(v["power"]["counts"]["survived"], 0);
+    let (code, out) = run(dir.path(), &["tasks", "check"]);
+    assert_eq!(code, 0, "{out}");
+
+    // Against changed probes the record is not rejudged: it must be computed again.
+    let probe = dir.path().join("probes").join(TASK).join("test_state.py");
+    let text = std::fs::read_to_string(&probe).unwrap();
+    std::fs::write(&probe, text + "\n# edited\n").unwrap();
+    let (code, out) = run(dir.path(), &["tasks", "power", TASK, "--rejudge"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("computed against other probes"), "{out}");
+}

@@ -165,6 +165,49 @@ pub fn reproduced(first: &Outcomes, second: &Outcomes) -> Outcomes {
         .collect()
 }
 
+/// The note of a survivor that behaved like the reference on every seed: the only survivor
+/// a reviewed reason can turn into "possibly equivalent" (see [`rejudge`]).
+pub const NO_EVIDENCE: &str = "same outcome as the reference on every seed, with no evidence of \
+                               equivalence: a probe should tell it apart (or power.toml should \
+                               say why it is equivalent)";
+
+const REVIEWED: &str = "reviewed: ";
+
+/// Applies power.toml's reviewed equivalents (`mutant id → reason`) to a record as it stands,
+/// without grading again: a survivor graded alike on every seed that is now listed becomes
+/// "possibly equivalent"; one taken as equivalent on a reason no longer listed is a survivor
+/// again. Bytecode evidence, kills and other survivors are kept. Returns the ids that changed.
+pub fn rejudge(record: &mut PowerRecord, reviewed: &BTreeMap<String, String>) -> Vec<String> {
+    let mut changed = Vec::new();
+    for m in &mut record.mutants {
+        let listed = reviewed.get(&m.site.id);
+        let was_reviewed = m.status == Status::PossiblyEquivalent
+            && m.note.as_deref().is_some_and(|n| n.starts_with(REVIEWED));
+        let alike_on_every_seed = m.status == Status::Survived
+            && m.other_seed_kills.is_empty()
+            && m.note.as_deref() == Some(NO_EVIDENCE);
+        let note = match (listed, was_reviewed || alike_on_every_seed) {
+            (Some(reason), true) => {
+                m.status = Status::PossiblyEquivalent;
+                format!("{REVIEWED}{reason}")
+            }
+            (None, true) if was_reviewed => {
+                m.status = Status::Survived;
+                NO_EVIDENCE.to_owned()
+            }
+            _ => continue,
+        };
+        if m.note.as_deref() != Some(note.as_str()) {
+            m.note = Some(note);
+            changed.push(m.site.id.clone());
+        }
+    }
+    record.counts = Counts::of(&record.mutants, &record.variants);
+    let statuses: Vec<Status> = record.mutants.iter().map(|m| m.status).collect();
+    record.kill_rate = kill_rate(&statuses);
+    changed
+}
+
 /// Judges a mutant from its official outcomes and its probe outcomes per seed, against the
 /// reference's. `probes` holds the seeds that were graded, in order (seed 0 first); a mutant
 /// killed on seed 0 need not be graded on the others.
@@ -223,16 +266,9 @@ pub fn judge_mutant(
             }
             Some(Evidence::Reviewed(reason)) => {
                 j.status = Status::PossiblyEquivalent;
-                j.note = Some(format!("reviewed: {reason}"));
+                j.note = Some(format!("{REVIEWED}{reason}"));
             }
-            None => {
-                j.note = Some(
-                    "same outcome as the reference on every seed, with no evidence of \
-                     equivalence: a probe should tell it apart (or power.toml should say why \
-                     it is equivalent)"
-                        .into(),
-                )
-            }
+            None => j.note = Some(NO_EVIDENCE.into()),
         }
     }
     j

@@ -566,6 +566,57 @@ pub async fn power_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<Powe
     Ok(record)
 }
 
+/// `tasks power --rejudge`: applies power.toml's reviewed equivalents to the recorded power
+/// of a task without grading again (a survivor reviewed as equivalent after a long run), and
+/// writes the record back. The record must have been computed against the probes as they are.
+pub fn rejudge_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<PowerRecord> {
+    let config = load_power_config(task)?;
+    let path = [opts.record_path(task), task.dir.join(VALIDATION_FILE)]
+        .into_iter()
+        .find(|p| read_validation(p).is_some_and(|v| v.power.is_some()))
+        .with_context(|| {
+            format!(
+                "task `{}` has no power record to rejudge: run `infradev tasks power {}` first",
+                task.id, task.id
+            )
+        })?;
+    let mut validation = read_validation(&path).context("validation.json went away")?;
+    let mut record = validation.power.take().context("no power record")?;
+    let digest = probes_digest(
+        &read_probe_files(&task.probes.dir)
+            .with_context(|| format!("cannot read {}", task.probes.dir.display()))?,
+    );
+    if record.probes_digest != digest {
+        bail!(
+            "the power record of task `{}` was computed against other probes: run `infradev \
+             tasks power {}` again (rejudging only re-reads power.toml's reviewed equivalents)",
+            task.id,
+            task.id
+        );
+    }
+    let reviewed = config
+        .equivalent
+        .iter()
+        .map(|e| (e.mutant.clone(), e.reason.clone()))
+        .collect();
+    for id in super::rejudge(&mut record, &reviewed) {
+        let m = record.mutants.iter().find(|m| m.site.id == id);
+        eprintln!(
+            "power {}: {id} is now {}",
+            task.id,
+            m.map_or_else(String::new, describe_mutant)
+        );
+    }
+    validation.power = Some(record.clone());
+    let out = opts.record_path(task);
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&validation)? + "\n")
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(record)
+}
+
 fn describe_mutant(m: &MutantRecord) -> String {
     match m.status {
         Status::Killed => format!("killed by {}", m.killed_by.join(", ")),

@@ -451,3 +451,73 @@ fn a_time_budget_failure_counts_only_when_a_second_grade_reproduces_it() {
         "unreported is never passed"
     );
 }
+
+#[test]
+fn rejudging_applies_reviewed_reasons_only_to_survivors_alike_on_every_seed() {
+    let mutant = |id: &str, status: Status, note: Option<&str>, other_seed: &[&str]| {
+        let mut m = MutantRecord::new(
+            Site::of(&candidate(id, Kind::Mutant, "off_by_one", 1)),
+            Judgement {
+                status,
+                killed_by: if status == Status::Killed {
+                    vec!["t.py::k".into()]
+                } else {
+                    vec![]
+                },
+                official_failed: vec![],
+                other_seed_kills: other_seed.iter().map(|s| (*s).to_owned()).collect(),
+                note: note.map(str::to_owned),
+            },
+        );
+        m.note = note.map(str::to_owned);
+        m
+    };
+    let mut r = record("sha256:x", None, 0, 0);
+    r.mutants = vec![
+        mutant("killed", Status::Killed, None, &[]),
+        mutant("alike", Status::Survived, Some(NO_EVIDENCE), &[]),
+        mutant("seed1", Status::Survived, None, &["t.py::s"]),
+        mutant("unreviewed", Status::Survived, Some(NO_EVIDENCE), &[]),
+        mutant(
+            "dropped",
+            Status::PossiblyEquivalent,
+            Some("reviewed: old"),
+            &[],
+        ),
+        mutant(
+            "bytecode",
+            Status::PossiblyEquivalent,
+            Some("compiles to the reference's bytecode"),
+            &[],
+        ),
+    ];
+    let reviewed: BTreeMap<String, String> = [
+        ("alike", "same value"),
+        ("seed1", "not alike on seed 1: must stay a survivor"),
+        ("killed", "a killed mutant stays killed"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+
+    let changed = rejudge(&mut r, &reviewed);
+    assert_eq!(changed, ["alike", "dropped"]);
+    let status = |id: &str| r.mutants.iter().find(|m| m.site.id == id).unwrap().status;
+    let table = [
+        ("killed", Status::Killed),
+        ("alike", Status::PossiblyEquivalent),
+        ("seed1", Status::Survived),
+        ("unreviewed", Status::Survived),
+        ("dropped", Status::Survived),
+        ("bytecode", Status::PossiblyEquivalent),
+    ];
+    for (id, want) in table {
+        assert_eq!(status(id), want, "{id}");
+    }
+    assert_eq!(r.mutants[1].note.as_deref(), Some("reviewed: same value"));
+    assert_eq!(r.counts.survived, 3);
+    assert_eq!(r.counts.possibly_equivalent, 2);
+    assert_eq!(r.kill_rate, Some(0.25));
+    // Rejudging again with the same reasons changes nothing.
+    assert!(rejudge(&mut r, &reviewed).is_empty());
+}
