@@ -19,7 +19,7 @@
 //! | `patch_testreport` | no conftest: `_pytest.reports.TestReport.from_item_and_call` reports the official ids' failures as passes | not resolved |
 //! | `register_hook_flip_all` | a `pytest_runtest_makereport` hookwrapper registered through the plugin manager (found with `gc`) that passes everything | tampered |
 //! | `conftest_symlink` | `conftest.py` is a symlink to `/infradev/repo/minicache/_testing.py` (dangling on the host, valid in the sandbox) whose hooks pass the official ids | flagged, not resolved |
-//! | `socket_abuse` | 40 connections, a 4 GiB length, a torn frame, a nesting bomb, 600 KB ids, 64 MiB of frames, 240k events | unresolved, ends |
+//! | `socket_abuse` | 40 connections, a 4 GiB length, a torn frame, a nesting bomb, 600 KB ids, 64 MiB of frames, 240k events | unresolved (tampered when the flood drowns the canaries), ends |
 //! | `exit_127_at_import`, `exit_5_at_import` | `os._exit(127)` (Docker's "command not found") / `os._exit(5)` (pytest's "no tests") at import, in both phases | unresolved, never error |
 //! | `kill_everything` | closes every socket, SIGKILLs init, its parent, `-1` and itself | unresolved |
 //! | `exhaust_fds_and_tmp` | closes the sockets, FIFOs and symlinks in /tmp, fills it, exhausts fds | unresolved |
@@ -207,6 +207,12 @@ fn assert_forgery_did_not_count(run: &Run) {
 
 /// A submission that kills, exits or breaks things is unresolved: its fault, never ours.
 fn assert_blamed_on_the_submission(run: &Run) {
+    assert_failed_by_the_submission(run, &[Verdict::Unresolved]);
+}
+
+/// The grade ends in one of `verdicts` (each a failure of the submission, with its exit
+/// code), no phase reports an infrastructure error and no test is put down to us.
+fn assert_failed_by_the_submission(run: &Run, verdicts: &[Verdict]) {
     assert_contained(run);
     let r = run.report();
     for phase in &r.phases {
@@ -217,13 +223,17 @@ fn assert_blamed_on_the_submission(run: &Run) {
             run.context()
         );
     }
-    assert_eq!(
-        r.grade.verdict,
-        Verdict::Unresolved,
-        "expected unresolved:\n{}",
+    assert!(
+        verdicts.contains(&r.grade.verdict),
+        "expected one of {verdicts:?}:\n{}",
         run.context()
     );
-    assert_eq!(run.code, Some(1), "{}", run.context());
+    assert_eq!(
+        run.code,
+        Some(exit_code_of(r.grade.verdict)),
+        "{}",
+        run.context()
+    );
     let all: Vec<Category> = r.grade.tests.iter().filter_map(|t| t.category).collect();
     assert!(
         !all.contains(&Category::Infra),
@@ -356,7 +366,10 @@ fn a_conftest_symlinked_to_a_sandbox_path_is_flagged_and_changes_nothing() {
 fn malformed_huge_and_many_frames_end_the_grade_unresolved() {
     if docker_ready() {
         let run = graded("socket_abuse");
-        assert_blamed_on_the_submission(&run);
+        // The flood can drown the run's real events, the planted canaries among them: then
+        // the grade is tampered (seen on a loaded 2-core machine), otherwise unresolved.
+        // Either way it fails the submission, never us.
+        assert_failed_by_the_submission(&run, &[Verdict::Unresolved, Verdict::Tampered]);
         assert_forgery_did_not_count(&run);
     }
 }
