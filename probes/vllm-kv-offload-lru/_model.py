@@ -56,12 +56,14 @@ class ModelManager:
                 self.order.append(h)
 
     def prepare_store(self, hashes):
+        hashes = list(hashes)
+        named = set(hashes)  # a block the call names is never evicted by it
         new = [h for h in hashes if h not in self.state]
         need = len(new) - self.num_free()
         evict = []
         if need > 0:
             for h in self.order:
-                if self.state[h][0] == 0:
+                if self.state[h][0] == 0 and h not in named:
                     evict.append(h)
                     if len(evict) == need:
                         break

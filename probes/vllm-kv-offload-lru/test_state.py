@@ -262,3 +262,34 @@ def test_touch_order_first_hash_most_recent():
         evicted += list(out.block_hashes_evicted)
         mgr.complete_store([new])
     assert evicted == [hs[2], hs[4], hs[0], hs[3], hs[1]]
+
+
+def test_prepare_store_never_evicts_a_block_it_names():
+    """Requirement: prepare_store never evicts a block named in the same call. An already
+    stored block in the list is skipped *and stays stored* even when it is the least recently
+    used evictable block; when only named blocks could make room, the call returns None and
+    changes nothing."""
+    backend, mgr = _mk(4)
+    a, b, c, d, e, f = H(50, 51, 52, 53, 54, 55)
+    _store(mgr, [a, b, c, d])  # recency, oldest first: a b c d
+    _events(mgr)
+    out = mgr.prepare_store([a, e])
+    assert out is not None
+    new, evicted, ids = _unpack(out)
+    assert new == [e]
+    assert evicted == [b], "a is named in the call: the oldest evictable block not named is b"
+    assert ids == [1], "b's CPU block is the one reused"
+    mgr.complete_store([e])
+    assert mgr.lookup([a]) == 1, "a block the call named was evicted by it"
+    assert [ev for ev in _events(mgr) if ev[0]] == [(True, [b])]
+
+    # Every evictable block is named: no room can be made, and nothing changes.
+    backend, mgr = _mk(2)
+    _store(mgr, [a, b])
+    _events(mgr)
+    assert mgr.prepare_store([a, b, c]) is None
+    assert _events(mgr) == [] and backend.get_num_free_blocks() == 0
+    assert mgr.lookup([a, b]) == 2
+    # A named block is skipped and kept; an unnamed one makes the room.
+    out = mgr.prepare_store([b, c])
+    assert out is not None and list(out.block_hashes_evicted) == [a]
