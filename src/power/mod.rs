@@ -208,6 +208,67 @@ pub fn rejudge(record: &mut PowerRecord, reviewed: &BTreeMap<String, String>) ->
     changed
 }
 
+/// Narrows a record to a scope that leaves out more files than it did when computed (power.toml
+/// gained `out_of_scope` entries): the mutants and variants in those files are dropped, and
+/// their operators' graded counts with them. A scope that covers a file the record left out
+/// needs grading, so it is an error naming the file. Returns the candidates dropped. (An
+/// operator's `generated` count keeps the candidates made in the dropped files.)
+pub fn narrow_scope(record: &mut PowerRecord, scope: &Scope) -> Result<Vec<String>, String> {
+    let path_of = |site: &Site| {
+        let mut parts = site.location.rsplitn(3, ':');
+        let (_col, _line) = (parts.next(), parts.next());
+        parts.next().unwrap_or_default().to_owned()
+    };
+    if record.only != scope.only {
+        return Err(format!(
+            "power.toml's `only` names {} now, the record was computed on {}",
+            list_or_nothing(&scope.only),
+            list_or_nothing(&record.only)
+        ));
+    }
+    if let Some(back) = record
+        .out_of_scope
+        .iter()
+        .find(|p| !scope.out_of_scope.contains(p))
+    {
+        return Err(format!(
+            "{back} is back in scope: its mutants were never graded"
+        ));
+    }
+    let mut dropped = Vec::new();
+    let mut graded_less: BTreeMap<(Kind, String), usize> = BTreeMap::new();
+    record.mutants.retain(|m| {
+        let keep = scope.covers(&path_of(&m.site));
+        if !keep {
+            dropped.push(m.site.id.clone());
+            *graded_less
+                .entry((Kind::Mutant, m.site.operator.clone()))
+                .or_default() += 1;
+        }
+        keep
+    });
+    record.variants.retain(|v| {
+        let keep = scope.covers(&path_of(&v.site));
+        if !keep {
+            dropped.push(v.site.id.clone());
+            *graded_less
+                .entry((Kind::Variant, v.site.operator.clone()))
+                .or_default() += 1;
+        }
+        keep
+    });
+    for op in &mut record.operators {
+        if let Some(n) = graded_less.get(&(op.kind, op.operator.clone())) {
+            op.graded -= n;
+        }
+    }
+    record.out_of_scope = scope.out_of_scope.clone();
+    record.counts = Counts::of(&record.mutants, &record.variants);
+    let statuses: Vec<Status> = record.mutants.iter().map(|m| m.status).collect();
+    record.kill_rate = kill_rate(&statuses);
+    Ok(dropped)
+}
+
 /// Judges a mutant from its official outcomes and its probe outcomes per seed, against the
 /// reference's. `probes` holds the seeds that were graded, in order (seed 0 first); a mutant
 /// killed on seed 0 need not be graded on the others.

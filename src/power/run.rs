@@ -594,6 +594,21 @@ pub fn rejudge_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<PowerRec
             task.id
         );
     }
+    let dropped = super::narrow_scope(&mut record, &config.scope()).map_err(|why| {
+        anyhow::anyhow!(
+            "task `{}`: {why}: run `infradev tasks power {}` again (rejudging can only leave \
+             files out)",
+            task.id,
+            task.id
+        )
+    })?;
+    if !dropped.is_empty() {
+        eprintln!(
+            "power {}: {} candidate(s) in files power.toml now leaves out dropped from the record",
+            task.id,
+            dropped.len()
+        );
+    }
     let reviewed = config
         .equivalent
         .iter()

@@ -521,3 +521,54 @@ fn rejudging_applies_reviewed_reasons_only_to_survivors_alike_on_every_seed() {
     // Rejudging again with the same reasons changes nothing.
     assert!(rejudge(&mut r, &reviewed).is_empty());
 }
+
+#[test]
+fn narrowing_the_scope_drops_only_the_files_newly_left_out() {
+    let at = |id: &str, path: &str, status: Status| {
+        let mut c = candidate(id, Kind::Mutant, "off_by_one", 7);
+        c.path = path.into();
+        MutantRecord::new(
+            Site::of(&c),
+            Judgement {
+                status,
+                killed_by: vec![],
+                official_failed: vec![],
+                other_seed_kills: vec![],
+                note: None,
+            },
+        )
+    };
+    let mut r = record("sha256:x", None, 0, 0);
+    r.out_of_scope = vec!["docs/old.py".into()];
+    r.mutants = vec![
+        at("k1", "pkg/core.py", Status::Killed),
+        at("s1", "pkg/yaml_path.py", Status::Survived),
+        at("s2", "pkg/core.py", Status::Survived),
+    ];
+    r.operators = vec![OperatorCount {
+        kind: Kind::Mutant,
+        operator: "off_by_one".into(),
+        generated: 5,
+        graded: 3,
+    }];
+    let scope = |out: &[&str]| Scope {
+        out_of_scope: out.iter().map(|p| (*p).to_owned()).collect(),
+        only: vec![],
+    };
+
+    let dropped = narrow_scope(&mut r, &scope(&["docs/old.py", "pkg/yaml_path.py"])).unwrap();
+    assert_eq!(dropped, ["s1"]);
+    let ids: Vec<&str> = r.mutants.iter().map(|m| m.site.id.as_str()).collect();
+    assert_eq!(ids, ["k1", "s2"]);
+    assert_eq!(r.operators[0].graded, 2);
+    assert_eq!(r.counts.survived, 1);
+    assert_eq!(r.kill_rate, Some(0.5));
+    assert_eq!(r.out_of_scope, ["docs/old.py", "pkg/yaml_path.py"]);
+
+    // A file back in scope was never graded; a changed `only` is a different change.
+    let err = narrow_scope(&mut r, &scope(&["pkg/yaml_path.py"])).unwrap_err();
+    assert!(err.contains("docs/old.py is back in scope"), "{err}");
+    let mut only = scope(&["docs/old.py", "pkg/yaml_path.py"]);
+    only.only = vec!["pkg/core.py".into()];
+    assert!(narrow_scope(&mut r, &only).unwrap_err().contains("`only`"));
+}
