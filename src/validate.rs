@@ -629,18 +629,12 @@ fn with_release_follow_up(
 ) -> anyhow::Result<String> {
     let work = tempfile::tempdir()?;
     // `*` stands for the sdist's top folder only: a deeper file of the same name is not it.
-    let unpacked = Command::new("tar")
-        .arg("-xzf")
-        .arg(sdist)
-        .arg("--strip-components=1")
-        .arg("--no-same-owner")
-        .arg("--wildcards")
-        .arg("--no-wildcards-match-slash")
-        .arg("-C")
-        .arg(work.path())
-        .args(fix.paths.iter().map(|p| format!("*/{p}")))
-        .output()
-        .context("cannot run tar")?;
+    let mut only = vec![
+        "--wildcards".to_owned(),
+        "--no-wildcards-match-slash".to_owned(),
+    ];
+    only.extend(fix.paths.iter().map(|p| format!("*/{p}")));
+    let unpacked = untar(sdist, work.path(), &only)?;
     let index = repo
         .join(".git")
         .join(format!("index-follow-up-{}", fix.release.version));
@@ -661,16 +655,35 @@ fn with_release_follow_up(
         ])?;
     }
     // Every path is there, so a failure is something else.
-    if !unpacked.status.success() {
-        bail!(
-            "cannot unpack {}: {}",
-            sdist.display(),
-            String::from_utf8_lossy(&unpacked.stderr).trim()
-        );
-    }
+    unpacked?;
     let tree = run(&["write-tree"])?;
     let message = format!("follow-up from {}: {}", fix.release, fix.paths.join(", "));
     run(&["commit-tree", &tree, "-p", reference, "-m", &message])
+}
+
+/// Unpacks `sdist` into `dest` without its top folder (`members`: tar's member selection,
+/// empty for all). The outer error is not running tar; the inner one, tar's failure, with its
+/// words.
+fn untar(sdist: &Path, dest: &Path, members: &[String]) -> anyhow::Result<anyhow::Result<()>> {
+    let out = Command::new("tar")
+        .arg("-xzf")
+        .arg(sdist)
+        .arg("--strip-components=1")
+        .arg("--no-same-owner")
+        .arg("-C")
+        .arg(dest)
+        .args(members)
+        .output()
+        .context("cannot run tar")?;
+    Ok(if out.status.success() {
+        Ok(())
+    } else {
+        Err(anyhow::anyhow!(
+            "cannot unpack {}: {}",
+            sdist.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    })
 }
 
 /// Commits an sdist's tree (its top folder stripped) on top of `parent`, replacing the tree.
@@ -681,18 +694,7 @@ fn commit_sdist(
     parent: Option<&str>,
 ) -> anyhow::Result<String> {
     let work = tempfile::tempdir()?;
-    let status = Command::new("tar")
-        .arg("-xzf")
-        .arg(sdist)
-        .arg("--strip-components=1")
-        .arg("--no-same-owner")
-        .arg("-C")
-        .arg(work.path())
-        .status()
-        .context("cannot run tar")?;
-    if !status.success() {
-        bail!("cannot unpack {}", sdist.display());
-    }
+    untar(sdist, work.path(), &[])??;
     let index = repo.join(".git").join(format!("index-{}", release.version));
     let env = [
         ("GIT_INDEX_FILE", index.as_os_str()),

@@ -237,26 +237,18 @@ pub fn narrow_scope(record: &mut PowerRecord, scope: &Scope) -> Result<Vec<Strin
     }
     let mut dropped = Vec::new();
     let mut graded_less: BTreeMap<(Kind, String), usize> = BTreeMap::new();
-    record.mutants.retain(|m| {
-        let keep = scope.covers(&path_of(&m.site));
-        if !keep {
-            dropped.push(m.site.id.clone());
+    let mut outside = |kind: Kind, site: &Site| {
+        let out = !scope.covers(&path_of(site));
+        if out {
+            dropped.push(site.id.clone());
             *graded_less
-                .entry((Kind::Mutant, m.site.operator.clone()))
+                .entry((kind, site.operator.clone()))
                 .or_default() += 1;
         }
-        keep
-    });
-    record.variants.retain(|v| {
-        let keep = scope.covers(&path_of(&v.site));
-        if !keep {
-            dropped.push(v.site.id.clone());
-            *graded_less
-                .entry((Kind::Variant, v.site.operator.clone()))
-                .or_default() += 1;
-        }
-        keep
-    });
+        out
+    };
+    record.mutants.retain(|m| !outside(Kind::Mutant, &m.site));
+    record.variants.retain(|v| !outside(Kind::Variant, &v.site));
     for op in &mut record.operators {
         if let Some(n) = graded_less.get(&(op.kind, op.operator.clone())) {
             op.graded -= n;

@@ -549,14 +549,7 @@ pub async fn power_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<Powe
         variants,
         duration_s: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
     };
-    let mut validation = existing;
-    validation.power = Some(record.clone());
-    let path = opts.record_path(task);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&validation)? + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    write_record(task, opts, existing, &record)?;
     eprintln!(
         "power {}: reference graded in {:.0} s, candidates in {:.0} s",
         task.id,
@@ -622,14 +615,24 @@ pub fn rejudge_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<PowerRec
             m.map_or_else(String::new, describe_mutant)
         );
     }
+    write_record(task, opts, validation, &record)?;
+    Ok(record)
+}
+
+/// Writes `validation` with `record` as its power record where `opts` says.
+fn write_record(
+    task: &Task,
+    opts: &PowerOptions,
+    mut validation: crate::validate::Validation,
+    record: &PowerRecord,
+) -> anyhow::Result<()> {
     validation.power = Some(record.clone());
-    let out = opts.record_path(task);
-    if let Some(dir) = out.parent() {
+    let path = opts.record_path(task);
+    if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&out, serde_json::to_string_pretty(&validation)? + "\n")
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    Ok(record)
+    std::fs::write(&path, serde_json::to_string_pretty(&validation)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn describe_mutant(m: &MutantRecord) -> String {
