@@ -169,6 +169,79 @@ fn a_follow_up_release_names_a_pinned_release_and_clean_paths() {
 }
 
 #[test]
+fn a_task_without_a_failing_upstream_test_says_why() {
+    let s = Scratch::new();
+    // No FAIL_TO_PASS test at all: refused unless the manifest says why.
+    let text = std::fs::read_to_string(s.task_toml()).unwrap();
+    let start = text.find("fail_to_pass = [").unwrap();
+    let end = start + text[start..].find("]\n").unwrap() + 2;
+    let empty = format!("{}fail_to_pass = []\n{}", &text[..start], &text[end..]);
+    std::fs::write(s.task_toml(), &empty).unwrap();
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("tests.fail_to_pass is empty") && out.contains("tests.no_fail_to_pass"),
+        "{out}"
+    );
+
+    let line = s.replace_line(
+        &s.task_toml(),
+        "fail_to_pass",
+        "fail_to_pass = []\nno_fail_to_pass = \"\"",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert_names(
+        &out,
+        &s.task_toml(),
+        line + 1,
+        "tests.no_fail_to_pass",
+        "say why",
+    );
+
+    s.replace_line(
+        &s.task_toml(),
+        "no_fail_to_pass",
+        "no_fail_to_pass = \"a performance change: upstream added no test\"",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 0, "the probes fail on the base instead: {out}");
+
+    // ...unless every probe only guards what the base already does.
+    let probes = std::fs::read_to_string(s.probes_toml()).unwrap();
+    std::fs::write(
+        s.probes_toml(),
+        probes
+            .replace("checks_base_behaviour = true\n", "")
+            .replace("[[probe]]\n", "[[probe]]\nchecks_base_behaviour = true\n"),
+    )
+    .unwrap();
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("some probe must check what the change adds"),
+        "{out}"
+    );
+    std::fs::write(s.probes_toml(), probes).unwrap();
+
+    // The reason is only for a task that has no FAIL_TO_PASS test.
+    std::fs::write(
+        s.task_toml(),
+        text.replace(
+            "fail_to_pass = [",
+            "no_fail_to_pass = \"no test\"\nfail_to_pass = [",
+        ),
+    )
+    .unwrap();
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("field `tests.no_fail_to_pass`: only for a task whose fail_to_pass is empty"),
+        "{out}"
+    );
+}
+
+#[test]
 fn an_unknown_key_is_named_with_its_line() {
     let s = Scratch::new();
     let line = s.replace_line(&s.task_toml(), "title", "colour = \"red\"");

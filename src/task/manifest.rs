@@ -131,6 +131,9 @@ pub struct OfficialTests {
     pub files: Vec<String>,
     pub fail_to_pass: Vec<String>,
     pub pass_to_pass: Vec<String>,
+    /// Why the upstream change has no failing test (a performance PR often ships none): then
+    /// `fail_to_pass` is empty and the probes are what fails on the base.
+    pub no_fail_to_pass: Option<String>,
     /// The category of an official-test failure when the evidence says nothing more specific.
     pub default_category: Category,
     /// How many times a failing official test is rerun (flake handling); `None`: the
@@ -233,6 +236,8 @@ struct RawTests {
     fail_to_pass: Vec<Spanned<String>>,
     #[serde(default)]
     pass_to_pass: Vec<Spanned<String>>,
+    #[serde(default)]
+    no_fail_to_pass: Option<Spanned<String>>,
     default_category: Spanned<Category>,
     #[serde(default)]
     retries: Option<Spanned<u32>>,
@@ -339,6 +344,22 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
         }
         r => r.as_ref().map(|r| *r.get_ref()),
     };
+    if let Some(why) = &raw.tests.no_fail_to_pass {
+        if !raw.tests.fail_to_pass.is_empty() {
+            return Err(err(
+                why.span(),
+                "tests.no_fail_to_pass",
+                "only for a task whose fail_to_pass is empty".into(),
+            ));
+        }
+        if why.get_ref().trim().is_empty() {
+            return Err(err(
+                why.span(),
+                "tests.no_fail_to_pass",
+                "say why the upstream change has no test that fails on its base".into(),
+            ));
+        }
+    }
     let default_category = *raw.tests.default_category.get_ref();
     if matches!(default_category, Category::Build | Category::Infra) {
         return Err(err(
@@ -428,6 +449,7 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
                 .into_iter()
                 .map(Spanned::into_inner)
                 .collect(),
+            no_fail_to_pass: raw.tests.no_fail_to_pass.map(Spanned::into_inner),
             default_category,
             retries,
         },

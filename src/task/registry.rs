@@ -147,10 +147,19 @@ pub fn check_task(task: &Task) -> Vec<ManifestError> {
         ));
     }
     if task.tests.fail_to_pass.is_empty() {
-        problems.push(ManifestError::whole_file(
-            &manifest,
-            "tests.fail_to_pass is empty: a task must fail on its base",
-        ));
+        if task.tests.no_fail_to_pass.is_none() {
+            problems.push(ManifestError::whole_file(
+                &manifest,
+                "tests.fail_to_pass is empty: a task must fail on its base (when the upstream \
+                 change has no such test, say why in tests.no_fail_to_pass)",
+            ));
+        } else if task.probes.probes.iter().all(|p| p.checks_base_behaviour) {
+            problems.push(ManifestError::whole_file(
+                &manifest,
+                "tests.no_fail_to_pass: with no FAIL_TO_PASS test, some probe must check what \
+                 the change adds (every probe is marked checks_base_behaviour)",
+            ));
+        }
     }
     match std::fs::read_to_string(task.prompt_path()) {
         Ok(text) if text.trim().is_empty() => problems.push(ManifestError::whole_file(
