@@ -519,6 +519,8 @@ fn upstream(raw: Spanned<RawUpstream>, err: &ErrAt<'_>) -> Result<Upstream, Mani
                         "missing (validate_from = \"release\" needs both releases)",
                     )
                 })?;
+                let req_field = format!("upstream.{which}_release");
+                name_version(req, &req_field, err)?;
                 let sha = sha.as_ref().ok_or_else(|| {
                     missing(
                         "sha256",
@@ -527,7 +529,7 @@ fn upstream(raw: Spanned<RawUpstream>, err: &ErrAt<'_>) -> Result<Upstream, Mani
                 })?;
                 parse_release(
                     req,
-                    &format!("upstream.{which}_release"),
+                    &req_field,
                     sha,
                     &format!("upstream.{which}_sha256"),
                     err,
@@ -623,17 +625,7 @@ fn parse_release(
     sha_field: &str,
     err: &ErrAt<'_>,
 ) -> Result<Release, ManifestError> {
-    let Some((name, version)) = req
-        .get_ref()
-        .split_once("==")
-        .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
-    else {
-        return Err(err(
-            req.span(),
-            req_field,
-            format!("`{}` is not `name==version`", req.get_ref()),
-        ));
-    };
+    let (name, version) = name_version(req, req_field, err)?;
     let hex = sha.get_ref();
     if hex.len() != 64
         || !hex
@@ -647,10 +639,29 @@ fn parse_release(
         ));
     }
     Ok(Release {
-        name: name.trim().to_owned(),
-        version: version.trim().to_owned(),
+        name,
+        version,
         sha256: hex.clone(),
     })
+}
+
+/// The name and version of a `name==version` requirement.
+fn name_version(
+    req: &Spanned<String>,
+    field: &str,
+    err: &ErrAt<'_>,
+) -> Result<(String, String), ManifestError> {
+    req.get_ref()
+        .split_once("==")
+        .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .ok_or_else(|| {
+            err(
+                req.span(),
+                field,
+                format!("`{}` is not `name==version`", req.get_ref()),
+            )
+        })
 }
 
 fn is_task_id(s: &str) -> bool {
