@@ -35,7 +35,8 @@ def test_every_method_takes_a_one_shot_iterator():
     """Requirement: every method's block_hashes is any Iterable[BlockHash]: given one-shot
     iterators, prepare_store, complete_store, lookup, prepare_load, complete_load and touch
     behave exactly as with lists (hashes to store, evictions in LRU order after touch, hit
-    counts, load ids, the event stream).
+    counts, load ids, the event stream, every loaded block evictable once its load ends, a
+    block named in an evicting prepare_store kept).
 
     The official tests pass lists only, which can be read twice and reversed."""
     backend, mgr = _mk(4)
@@ -60,9 +61,23 @@ def test_every_method_takes_a_one_shot_iterator():
     events = [(ev.removed, list(ev.block_hashes)) for ev in list(mgr.take_events())]
     assert events == [(False, [a, b, c]), (True, [c]), (False, [d, e])]
     assert backend.get_num_free_blocks() == 0
-    # Both loads ended: a and b are evictable again, least recently used (b) first.
+    # Both loads ended: a and b are evictable again, least recently used (b) first, then a
+    # (the stores just prepared are not ready yet, and d, e are more recent).
     out = mgr.prepare_store(_once(H(55)))
     assert out is not None and list(out.block_hashes_evicted) == [b]
+    out = mgr.prepare_store(_once(H(56)))
+    assert out is not None and list(out.block_hashes_evicted) == [a], (
+        "a's load ended (complete_load of a one-shot iterator naming b, then a): it must be "
+        "evictable again"
+    )
+
+    # An evicting prepare_store whose one-shot input names a stored block keeps that block,
+    # even when it is the least recently used.
+    backend, mgr = _mk(2)
+    mgr.complete_store(mgr.prepare_store([a, b]).block_hashes_to_store)
+    out = mgr.prepare_store(_once([a, c]))
+    assert out is not None and list(out.block_hashes_to_store) == [c]
+    assert list(out.block_hashes_evicted) == [b], "a is named in the call: b must make the room"
 
 
 def test_complete_load_without_a_load_is_refused():
