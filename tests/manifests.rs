@@ -83,6 +83,15 @@ fn assert_names(output: &str, file: &Path, line: usize, field: &str, words: &str
     assert!(hit.contains(words), "the error says `{words}`: {hit}");
 }
 
+impl Scratch {
+    /// `tasks check` fails, naming `field` at `line` of task.toml with `words`.
+    fn fails_at(&self, line: usize, field: &str, words: &str) {
+        let (code, out) = self.check();
+        assert_eq!(code, 2, "{out}");
+        assert_names(&out, &self.task_toml(), line, field, words);
+    }
+}
+
 #[test]
 fn the_shipped_tasks_check_clean() {
     let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
@@ -116,11 +125,7 @@ fn a_follow_up_release_names_a_pinned_release_and_clean_paths() {
              paths = [\"pkg/../setup.py\"]"
         ),
     );
-    let (code, out) = s.check();
-    assert_eq!(code, 2, "{out}");
-    assert_names(
-        &out,
-        &s.task_toml(),
+    s.fails_at(
         table + 3,
         "upstream.follow_up_release.paths",
         "`pkg/../setup.py` is not a relative path inside the repository",
@@ -132,11 +137,7 @@ fn a_follow_up_release_names_a_pinned_release_and_clean_paths() {
         "release = \"pkg==2.0",
         "release = \"pkg-2.0\"",
     );
-    let (code, out) = s.check();
-    assert_eq!(code, 2, "{out}");
-    assert_names(
-        &out,
-        &s.task_toml(),
+    s.fails_at(
         release,
         "upstream.follow_up_release.release",
         "`pkg-2.0` is not `name==version`",
@@ -189,15 +190,7 @@ fn a_task_without_a_failing_upstream_test_says_why() {
         "fail_to_pass",
         "fail_to_pass = []\nno_fail_to_pass = \"\"",
     );
-    let (code, out) = s.check();
-    assert_eq!(code, 2, "{out}");
-    assert_names(
-        &out,
-        &s.task_toml(),
-        line + 1,
-        "tests.no_fail_to_pass",
-        "say why",
-    );
+    s.fails_at(line + 1, "tests.no_fail_to_pass", "say why");
 
     s.replace_line(
         &s.task_toml(),
@@ -273,11 +266,7 @@ fn a_follow_up_fix_must_be_a_commit_of_a_git_source() {
         "validate_from",
         "validate_from = \"git\"\nfollow_up = [\"e9c43b9\"]",
     );
-    let (code, out) = s.check();
-    assert_eq!(code, 2, "{out}");
-    assert_names(
-        &out,
-        &s.task_toml(),
+    s.fails_at(
         line + 1,
         "upstream.follow_up",
         "`e9c43b9` is not a 40-hex commit SHA",
@@ -376,11 +365,7 @@ fn retries_are_bounded_and_named_with_their_line() {
         "default_category",
         "default_category = \"state\"\nretries = 9",
     );
-    let (code, out) = s.check();
-    assert_eq!(code, 2, "{out}");
-    assert_names(
-        &out,
-        &s.task_toml(),
+    s.fails_at(
         line + 1,
         "tests.retries",
         "9 reruns is too many (at most 5)",
