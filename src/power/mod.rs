@@ -202,9 +202,7 @@ pub fn rejudge(record: &mut PowerRecord, reviewed: &BTreeMap<String, String>) ->
             changed.push(m.site.id.clone());
         }
     }
-    record.counts = Counts::of(&record.mutants, &record.variants);
-    let statuses: Vec<Status> = record.mutants.iter().map(|m| m.status).collect();
-    record.kill_rate = kill_rate(&statuses);
+    record.recount();
     changed
 }
 
@@ -255,9 +253,7 @@ pub fn narrow_scope(record: &mut PowerRecord, scope: &Scope) -> Result<Vec<Strin
         }
     }
     record.out_of_scope = scope.out_of_scope.clone();
-    record.counts = Counts::of(&record.mutants, &record.variants);
-    let statuses: Vec<Status> = record.mutants.iter().map(|m| m.status).collect();
-    record.kill_rate = kill_rate(&statuses);
+    record.recount();
     Ok(dropped)
 }
 
@@ -443,6 +439,15 @@ pub struct PowerRecord {
     pub variants: Vec<VariantRecord>,
     /// Wall-clock seconds the analysis took.
     pub duration_s: f64,
+}
+
+impl PowerRecord {
+    /// Recomputes the counts and the kill rate from the mutants and variants it holds.
+    fn recount(&mut self) {
+        self.counts = Counts::of(&self.mutants, &self.variants);
+        let statuses: Vec<Status> = self.mutants.iter().map(|m| m.status).collect();
+        self.kill_rate = kill_rate(&statuses);
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
