@@ -28,6 +28,8 @@ use crate::task::Task;
 
 /// Bumped when the way layers are built changes, so old tags are not reused.
 const RECIPE_VERSION: &str = "2";
+/// The label of every committed layer: its repository (namespace included).
+pub(super) const LABEL_LAYER: &str = "org.infradev.layer";
 /// Build output kept for an error message.
 const LOG_TAIL: usize = 8 * 1024;
 
@@ -86,6 +88,17 @@ impl PipLayer {
             constraints,
         }))
     }
+
+    /// The pip layers of a task's environment, base first: its shared layer if it names one,
+    /// then its own packages if it has any.
+    pub fn chain(task: &Task, runners: &Path) -> anyhow::Result<Vec<PipLayer>> {
+        let mut layers = Vec::new();
+        if let Some(name) = &task.environment.layer {
+            layers.push(PipLayer::shared(runners, name)?);
+        }
+        layers.extend(PipLayer::task(task)?);
+        Ok(layers)
+    }
 }
 
 /// `<runners>/layers/<name>/requirements.txt`.
@@ -102,6 +115,21 @@ impl EnvImage {
         runners: &Path,
         wheels: Option<&Path>,
     ) -> anyhow::Result<EnvImage> {
+        let pip_layers = PipLayer::chain(task, runners)?;
+        EnvImage::build(docker, task, &pip_layers, wheels, "").await
+    }
+
+    /// The image of `pip_layers` installed in order on the task's base image, each layer
+    /// tagged `<namespace><layer_tag>` and built only when that tag is not there yet.
+    /// `ensure` passes the task's own chain and no namespace; the environment bench
+    /// (`env_bench.rs`) passes its own chains under `infradev-bench/…` namespaces.
+    pub(super) async fn build(
+        docker: &Docker,
+        task: &Task,
+        pip_layers: &[PipLayer],
+        wheels: Option<&Path>,
+        namespace: &str,
+    ) -> anyhow::Result<EnvImage> {
         let env = &task.environment;
         let base = docker.inspect_image(&env.base_image).await.with_context(|| {
             format!(
@@ -111,18 +139,13 @@ impl EnvImage {
         })?;
         let base_id = base.id.unwrap_or_default();
         let mut layers = vec![(env.base_image.clone(), base_id.clone())];
-        let mut pip_layers = Vec::new();
-        if let Some(name) = &env.layer {
-            pip_layers.push(PipLayer::shared(runners, name)?);
-        }
-        pip_layers.extend(PipLayer::task(task)?);
         // Installing and committing a multi-gigabyte layer takes minutes: the client's
         // default request timeout would give up on a build that is still going.
         let builder = docker.clone().with_timeout(std::time::Duration::from_secs(
             task.resources.timeouts.build_s.max(60),
         ));
         let mut parent = base_id.clone();
-        for layer in &pip_layers {
+        for layer in pip_layers {
             let wheels = wheels.with_context(|| {
                 format!(
                     "task `{}` installs packages ({}) but no wheel cache was given (--wheels; \
@@ -130,7 +153,8 @@ impl EnvImage {
                     task.id, layer.repo, task.id
                 )
             })?;
-            let (tag, id) = build_pip_layer(&builder, &parent, layer, &env.python, wheels).await?;
+            let (tag, id) =
+                build_pip_layer(&builder, &parent, layer, &env.python, wheels, namespace).await?;
             layers.push((tag, id.clone()));
             parent = id;
         }
@@ -189,14 +213,17 @@ fn install_script(layer: &PipLayer, python: &str) -> String {
     )
 }
 
+/// Builds one layer on `parent_id` unless its tag is there already; returns its tag and image
+/// id. `namespace` is put before the tag's repository (empty for the real cache).
 async fn build_pip_layer(
     docker: &Docker,
     parent_id: &str,
     layer: &PipLayer,
     python: &str,
     wheels: &Path,
+    namespace: &str,
 ) -> anyhow::Result<(String, String)> {
-    let tag = layer_tag(parent_id, layer, python);
+    let tag = format!("{namespace}{}", layer_tag(parent_id, layer, python));
     if let Ok(found) = docker.inspect_image(&tag).await {
         return Ok((tag, found.id.unwrap_or_default()));
     }
@@ -341,10 +368,7 @@ async fn run_and_commit(
     let config = ContainerConfig {
         cmd: Some(vec!["python3".into()]),
         user: Some(String::new()),
-        labels: Some(HashMap::from([(
-            "org.infradev.layer".to_owned(),
-            repo.to_owned(),
-        )])),
+        labels: Some(HashMap::from([(LABEL_LAYER.to_owned(), repo.to_owned())])),
         ..Default::default()
     };
     let committed = docker
