@@ -599,6 +599,16 @@ impl<H: SubjectHost> Session<'_, H> {
             },
         };
         let rank_max = ranks.ok().flatten().map(|(max, _)| max);
+        // The exact figures stay in the operator's log (budgets are calibrated from it):
+        // reports carry only the coarse bucket of a breach.
+        tracing::debug!(
+            test = %test.nodeid,
+            subject_time_s = test.subject_time.as_secs_f64(),
+            peak_memory_mb = ?usage.peak_memory_mb,
+            sent_bytes = ?usage.sent_bytes,
+            rank_max_bytes = ?rank_max,
+            "probe measured"
+        );
         if test.breach.is_none()
             && let Some(budget) = &test.budget
         {
