@@ -177,6 +177,9 @@ pub enum TasksCommand {
     List,
     /// A task's manifest, prompt and probe requirements (never the probe source).
     Show { id: String },
+    /// The README's task table (Markdown): repository, area, ranks, probe categories and the
+    /// kill rate of every task.
+    Table,
     /// Check every manifest; with --repo, also that the commits exist there.
     Check {
         #[arg(long)]
@@ -400,6 +403,31 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             }
             Ok(exit::RESOLVED)
         }
+        TasksCommand::Table => {
+            let registry = Registry::load(root)
+                .context("cannot read the tasks directory")
+                .map_err(CliError::task)?;
+            let mut tasks: Vec<&crate::task::Task> = Vec::new();
+            for t in &registry.tasks {
+                tasks.push(
+                    t.as_ref()
+                        .map_err(|e| CliError::task(anyhow::anyhow!("{e}")))?,
+                );
+            }
+            tasks.sort_by_cached_key(|t| (t.repository.to_lowercase(), t.id.clone()));
+            let powers = tasks
+                .iter()
+                .map(|t| crate::power::run::assess_task(t))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| CliError::task(anyhow::anyhow!("{e}")))?;
+            let rows: Vec<crate::task::table::Row<'_>> = tasks
+                .iter()
+                .zip(&powers)
+                .map(|(task, power)| crate::task::table::Row { task, power })
+                .collect();
+            print!("{}", crate::task::table::render(&rows));
+            Ok(exit::RESOLVED)
+        }
         TasksCommand::Show { id } => {
             let t = Registry::resolve(root, &id, None).map_err(CliError::task)?;
             println!("{}: {}\n", t.id, t.title);
@@ -483,7 +511,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                     Ok(crate::power::Assessment::NotMeasured) => {
                         println!("{}: probe power not measured yet", t.id)
                     }
-                    Ok(crate::power::Assessment::Holds { kill_rate }) => println!(
+                    Ok(crate::power::Assessment::Holds { kill_rate, .. }) => println!(
                         "{}: probe power holds (kill rate {})",
                         t.id,
                         kill_rate.map_or("n/a".into(), crate::power::percent)
@@ -550,6 +578,7 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
             let mut weak = Vec::new();
             let opts = ValidateOptions {
                 runners: root.join("runners"),
+                python: host.python.clone(),
                 cache: Cache::locate(host.cache),
                 git,
                 reference_runs,

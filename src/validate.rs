@@ -4,7 +4,9 @@
 //!   changed): every FAIL_TO_PASS test fails, every PASS_TO_PASS test passes, and every probe
 //!   fails unless it is marked `checks_base_behaviour` (then it passes);
 //! * the **reference**, several times: everything passes, with the same outcomes each run;
-//! * a **null patch** (an empty commit on the base): the verdict is not `resolved`.
+//! * a **null patch** (an empty commit on the base): the verdict is not `resolved`;
+//! * each **wrong patch** of the task's `[[reject]]` (the reference with one mutation of
+//!   runners/tasks/mutate.py at one line): not `resolved`, and every probe it names fails.
 //!
 //! Every run reruns what fails (flake handling, `grading::combine_attempts`). A reference
 //! whose results change (a test that passes only on a rerun, or runs that disagree) puts the
@@ -29,7 +31,7 @@ use crate::grade::{ExecutorChoice, GradeRequest, grade_submission};
 use crate::grading::{Expectation, Outcome, Verdict};
 use crate::report::Report;
 use crate::sandbox::docker::{DockerExecutor, EnvImage};
-use crate::task::{FollowUpRelease, Release, Task, UpstreamSource};
+use crate::task::{FollowUpRelease, Reject, Release, Task, UpstreamSource};
 
 /// The file written beside task.toml.
 pub const VALIDATION_FILE: &str = "validation.json";
@@ -49,6 +51,8 @@ pub struct ValidateOptions {
     pub retries: u32,
     /// Where records go instead of beside task.toml (`<task-id>.validation.json`).
     pub out_dir: Option<PathBuf>,
+    /// The host Python that runs runners/tasks/mutate.py (the `[[reject]]` patches).
+    pub python: PathBuf,
 }
 
 impl ValidateOptions {
@@ -162,6 +166,15 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
         plan.push((format!("reference-{i}"), source.reference.clone()));
     }
     plan.push(("null-patch".to_owned(), source.null.clone()));
+    // The wrong patches of `[[reject]]`, each a commit on top of the reference. One that
+    // cannot be made (no such mutation at its line) is a problem of the task, not graded.
+    let mut reject_problems = Vec::new();
+    for reject in &task.rejects {
+        match reject_commit(&source, reject, opts) {
+            Ok(commit) => plan.push((reject.run_name(), commit)),
+            Err(e) => reject_problems.push(format!("{}: {e:#}", reject.run_name())),
+        }
+    }
 
     let mut reports = Vec::new();
     for (name, head) in &plan {
@@ -199,7 +212,23 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
         .iter()
         .map(|(n, r)| RunSummary::from_report(n, r))
         .collect();
-    let checks = judge(&base_behaviour, &summaries);
+    let mut checks = judge(&base_behaviour, &summaries);
+    if !task.rejects.is_empty() {
+        let expected: Vec<(String, Vec<String>)> = task
+            .rejects
+            .iter()
+            .map(|r| {
+                let tests = r
+                    .probes
+                    .iter()
+                    .filter_map(|id| task.probes.probes.iter().find(|p| &p.id == id))
+                    .map(|p| p.test.clone())
+                    .collect();
+                (r.run_name(), tests)
+            })
+            .collect();
+        checks.push(judge_rejects(&expected, &summaries, reject_problems));
+    }
     let quarantined = quarantine(&summaries);
     if let Some(why) = &quarantined {
         eprintln!("validate {}: quarantined: {why}", task.id);
@@ -452,6 +481,82 @@ pub fn judge(base_behaviour: &[String], runs: &[RunSummary]) -> Vec<CheckRecord>
     };
     checks.push(check("null patch: not resolved", problems));
     checks
+}
+
+/// The `[[reject]]` check: each wrong patch (run name, the test ids of the probes it names)
+/// was graded, not resolved, and failed each of those probes. `problems` holds what went
+/// wrong before grading (a patch that could not be made). Pure: table-tested below.
+pub fn judge_rejects(
+    expected: &[(String, Vec<String>)],
+    runs: &[RunSummary],
+    mut problems: Vec<String>,
+) -> CheckRecord {
+    for (name, tests) in expected {
+        let Some(run) = runs.iter().find(|r| &r.name == name) else {
+            if !problems.iter().any(|p| p.starts_with(name.as_str())) {
+                problems.push(format!("{name}: not graded"));
+            }
+            continue;
+        };
+        match run.verdict {
+            Verdict::Resolved => problems.push(format!("{name}: graded resolved")),
+            Verdict::Error => {
+                problems.push(format!("{name}: could not be graded: {}", run.reason));
+                continue;
+            }
+            _ => {}
+        }
+        for test in tests {
+            match run.tests.iter().find(|(_, id, _)| id == test) {
+                Some((_, _, Outcome::Failed)) => {}
+                Some((_, _, outcome)) => {
+                    problems.push(format!("{name}: probe `{test}` is {}", outcome.as_str()))
+                }
+                None => problems.push(format!("{name}: probe `{test}` has no result")),
+            }
+        }
+    }
+    check(
+        "rejects: each wrong patch fails the probes it names",
+        problems,
+    )
+}
+
+/// The reference with a `[[reject]]`'s mutation applied, as a commit on top of it.
+fn reject_commit(
+    source: &Source,
+    reject: &Reject,
+    opts: &ValidateOptions,
+) -> anyhow::Result<String> {
+    let text = git(
+        &source.repo,
+        &["show", &format!("{}:{}", source.reference, reject.path)],
+    )
+    .with_context(|| format!("the reference has no file {}", reject.path))?;
+    let line = reject.line;
+    let file = serde_json::json!({
+        "path": reject.path, "source": text + "\n", "changed": [[line, line]]
+    });
+    let candidates = crate::power::run::mutate(&opts.python, &opts.runners, vec![file])?;
+    let at_line: Vec<&crate::power::Candidate> = candidates
+        .iter()
+        .filter(|c| c.kind == crate::power::Kind::Mutant && c.line == line)
+        .collect();
+    let Some(mutant) = at_line.iter().find(|c| c.operator == reject.operator) else {
+        let mut there: Vec<&str> = at_line.iter().map(|c| c.operator.as_str()).collect();
+        there.sort_unstable();
+        there.dedup();
+        bail!(
+            "no `{}` mutation at line {line} (the mutations there: {})",
+            reject.operator,
+            if there.is_empty() {
+                "none".to_owned()
+            } else {
+                there.join(", ")
+            }
+        );
+    };
+    crate::power::run::commit_candidate(&source.repo, &source.reference, mutant)
 }
 
 fn check(name: &str, problems: Vec<String>) -> CheckRecord {
@@ -894,6 +999,44 @@ mod tests {
         let mut all = refs(&[ALL_PASS]);
         all[0].tests[0].2 = Flaky;
         assert_eq!(quarantine(&all), None);
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn a_wrong_patch_must_fail_every_probe_it_names() {
+        use Outcome::Flaky;
+        let name = "reject collective_duplicated at pkg/dist.py:12";
+        let expected = vec![(name.to_owned(), vec!["p::traffic".to_owned(), "p::state".to_owned()])];
+        let both_fail: Tests = &[(P2P, "t::old", Passed), (Probe, "p::traffic", Failed), (Probe, "p::state", Failed)];
+        let one_passes: Tests = &[(Probe, "p::traffic", Failed), (Probe, "p::state", Passed)];
+        let flaky: Tests = &[(Probe, "p::traffic", Flaky), (Probe, "p::state", Failed)];
+        let missing: Tests = &[(Probe, "p::state", Failed)];
+        let not_run: Tests = &[(Probe, "p::traffic", NotRun), (Probe, "p::state", Failed)];
+        // (verdict, tests, the problems)
+        let rows: Vec<(Verdict, Tests, Vec<String>)> = vec![
+            (Verdict::Unresolved, both_fail, vec![]),
+            (Verdict::Unresolved, one_passes, vec![format!("{name}: probe `p::state` is passed")]),
+            (Verdict::Unresolved, flaky, vec![format!("{name}: probe `p::traffic` is flaky")]),
+            (Verdict::Unresolved, missing, vec![format!("{name}: probe `p::traffic` has no result")]),
+            (Verdict::Unresolved, not_run, vec![format!("{name}: probe `p::traffic` is not_run")]),
+            (Verdict::Resolved, ALL_PASS, vec![
+                format!("{name}: graded resolved"),
+                format!("{name}: probe `p::traffic` has no result"),
+                format!("{name}: probe `p::state` has no result"),
+            ]),
+            // An infrastructure error is not evidence either way.
+            (Verdict::Error, both_fail, vec![format!("{name}: could not be graded: because")]),
+        ];
+        for (verdict, tests, want) in rows {
+            let got = judge_rejects(&expected, &[run(name, verdict, tests)], Vec::new());
+            assert_eq!(got.problems, want, "{verdict:?} {tests:?}");
+            assert_eq!(got.ok, want.is_empty());
+        }
+        // Not graded: said once, whether or not making the patch already failed.
+        let got = judge_rejects(&expected, &[], Vec::new());
+        assert_eq!(got.problems, vec![format!("{name}: not graded")]);
+        let made = vec![format!("{name}: no `collective_duplicated` mutation at line 12")];
+        assert_eq!(judge_rejects(&expected, &[], made.clone()).problems, made);
     }
 }
 

@@ -438,3 +438,126 @@ fn a_quarantined_task_fails_check_and_list_shows_why() {
     let (code, out) = s.check();
     assert_eq!(code, 0, "{out}");
 }
+
+#[test]
+fn area_and_ranks_are_checked_with_their_line() {
+    let s = Scratch::new();
+    let line = s.replace_line(&s.task_toml(), "area", "area = \"serving\"");
+    s.fails_at(line, "area", "unknown variant `serving`");
+    s.replace_line(&s.task_toml(), "area", "area = \"inference\"\nranks = 5");
+    s.fails_at(
+        line + 1,
+        "ranks",
+        "5: the probes' rank groups have 2 to 4 ranks",
+    );
+    s.replace_line(&s.task_toml(), "ranks", "ranks = 2");
+    let (code, out) = s.check();
+    assert_eq!(code, 0, "{out}");
+    // A per-rank traffic budget means rank groups: the task must say how many ranks.
+    s.replace_line(&s.task_toml(), "ranks", "");
+    s.replace_line(
+        &s.probes_toml(),
+        "[probe.budget]",
+        "[probe.budget]\nrank_bytes = 65536",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("field `ranks`") && out.contains("per-rank traffic budget"),
+        "{out}"
+    );
+}
+
+/// The README's task table between its markers, exactly as `infradev tasks table` prints it.
+#[test]
+fn the_readme_task_table_is_what_tasks_table_prints() {
+    let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
+        .arg("--root")
+        .arg(root())
+        .args(["tasks", "table"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let (begin, end) = (
+        "<!-- begin: `infradev tasks table` -->\n",
+        "<!-- end: `infradev tasks table` -->",
+    );
+    let start = readme
+        .find(begin)
+        .expect("README has the table's begin marker")
+        + begin.len();
+    let stop = readme[start..]
+        .find(end)
+        .expect("README has the end marker")
+        + start;
+    assert_eq!(
+        &readme[start..stop],
+        table,
+        "README.md's task table is stale: paste `infradev tasks table` between the markers"
+    );
+    for task in std::fs::read_dir(root().join("probes")).unwrap() {
+        let id = task.unwrap().file_name().into_string().unwrap();
+        assert!(
+            table.contains(&format!("| `{id}` |")),
+            "{id} is in the table"
+        );
+    }
+}
+
+#[test]
+fn a_reject_names_a_python_file_a_line_and_probes_of_the_task() {
+    let s = Scratch::new();
+    let mut text = std::fs::read_to_string(s.task_toml()).unwrap();
+    let first = text.lines().count() + 2;
+    text.push_str(
+        "\n[[reject]]\npath = \"minicache/block_allocator.py\"\nline = 143\n\
+         operator = \"copy_removed\"\nprobes = [\"returned_tables_are_the_callers_own\"]\n\
+         why = \"the caller gets the allocator's own table\"\n",
+    );
+    std::fs::write(s.task_toml(), &text).unwrap();
+    let (code, out) = s.check();
+    assert_eq!(code, 0, "{out}");
+    let path = first + 1;
+    let line = first + 2;
+    let probes = first + 4;
+    for (at, key, new, words) in [
+        (
+            path,
+            "path =",
+            "path = \"../outside.py\"",
+            "relative to the repository root",
+        ),
+        (
+            path,
+            "path =",
+            "path = \"README.md\"",
+            "a Python file's path",
+        ),
+        (line, "line =", "line = 0", "lines count from 1"),
+        (
+            probes,
+            "probes =",
+            "probes = []",
+            "name the probes that must fail",
+        ),
+        (
+            probes,
+            "probes =",
+            "probes = [\"no_such_probe\"]",
+            "`no_such_probe` is not a probe of this task",
+        ),
+    ] {
+        let keep = std::fs::read_to_string(s.task_toml()).unwrap();
+        assert_eq!(s.replace_line(&s.task_toml(), key, new), at);
+        let field = format!("reject.{}", key.trim_end_matches(" =").trim());
+        s.fails_at(at, &field, words);
+        std::fs::write(s.task_toml(), keep).unwrap();
+    }
+}

@@ -69,6 +69,33 @@ impl Scratch {
     }
 }
 
+impl Scratch {
+    /// `tasks validate` of the example task, from the example repository.
+    fn validate_example(&self, reference_runs: u32) -> (i32, String) {
+        let repo = example_repo().display().to_string();
+        let runs = reference_runs.to_string();
+        self.run(&[
+            "tasks",
+            "validate",
+            TASK,
+            "--git",
+            &repo,
+            "--reference-runs",
+            &runs,
+        ])
+    }
+}
+
+/// The names of a validation record's runs, in order.
+fn run_names(v: &serde_json::Value) -> Vec<&str> {
+    v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect()
+}
+
 fn task_dir(root: &Path) -> PathBuf {
     root.join("tasks/example").join(TASK)
 }
@@ -93,26 +120,12 @@ fn the_example_validates_from_git_and_the_record_says_how() {
         return;
     }
     let s = Scratch::new();
-    let repo = example_repo().display().to_string();
-    let (code, out) = s.run(&[
-        "tasks",
-        "validate",
-        TASK,
-        "--git",
-        &repo,
-        "--reference-runs",
-        "2",
-    ]);
+    let (code, out) = s.validate_example(2);
     assert_eq!(code, 0, "{out}");
     let v = s.validation();
     assert_eq!(v["ok"], true);
     assert_eq!(v["source"]["kind"], "git");
-    let names: Vec<&str> = v["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap())
-        .collect();
+    let names = run_names(&v);
     assert_eq!(names, ["base", "reference-1", "reference-2", "null-patch"]);
     assert!(checks(&v).iter().all(|(_, ok)| *ok), "{v:#}");
     assert!(
@@ -154,16 +167,7 @@ fn a_task_whose_expectations_are_wrong_is_not_valid_and_says_which_test() {
         "id = \"evicted_blocks_are_forgotten\"",
         "id = \"evicted_blocks_are_forgotten\"\nchecks_base_behaviour = true",
     );
-    let repo = example_repo().display().to_string();
-    let (code, out) = s.run(&[
-        "tasks",
-        "validate",
-        TASK,
-        "--git",
-        &repo,
-        "--reference-runs",
-        "1",
-    ]);
+    let (code, out) = s.validate_example(1);
     assert_eq!(code, 2, "a task problem, not an infrastructure one: {out}");
     assert!(
         out.contains(
@@ -183,6 +187,87 @@ fn a_task_whose_expectations_are_wrong_is_not_valid_and_says_which_test() {
         c[1].1 && c[3].1,
         "the reference and null-patch checks still pass: {c:?}"
     );
+}
+
+/// `[[reject]]`: validation grades each wrong patch (the reference with one mutation at one
+/// line) and requires every probe it names to fail; a probe that does not catch its patch,
+/// and a mutation that is not there, fail the check and name the patch.
+#[test]
+fn wrong_patches_of_reject_must_fail_the_probes_they_name() {
+    if !docker_ready() {
+        return;
+    }
+    let s = Scratch::new();
+    let rejects = r#"
+[[reject]]
+path = "minicache/block_allocator.py"
+line = 143
+operator = "copy_removed"
+probes = ["returned_tables_are_the_callers_own"]
+why = "the caller gets the allocator's own block table"
+
+[[reject]]
+path = "minicache/block_allocator.py"
+line = 117
+operator = "loop_control"
+probes = ["prefix_hits_stop_at_the_first_uncached_block", "history_is_bounded"]
+why = "prefix hits go on past the first uncached block (history_is_bounded cannot see it)"
+
+[[reject]]
+path = "minicache/block_allocator.py"
+line = 117
+operator = "collective_duplicated"
+probes = ["public_interface"]
+why = "there is no collective at this line"
+"#;
+    let mut toml = std::fs::read_to_string(s.task_toml()).unwrap();
+    toml.push_str(rejects);
+    std::fs::write(s.task_toml(), toml).unwrap();
+    let (code, out) = s.validate_example(1);
+    assert_eq!(code, 2, "a task problem: {out}");
+    let v = s.validation();
+    let names = run_names(&v);
+    assert_eq!(
+        names,
+        [
+            "base",
+            "reference-1",
+            "null-patch",
+            "reject copy_removed at minicache/block_allocator.py:143",
+            "reject loop_control at minicache/block_allocator.py:117",
+        ],
+        "the patch that cannot be made is not graded"
+    );
+    for run in &v["runs"].as_array().unwrap()[3..] {
+        assert_eq!(run["verdict"], "unresolved", "{run}");
+        assert_ne!(run["head"], v["runs"][1]["head"], "its own commit");
+    }
+    let reject = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "rejects: each wrong patch fails the probes it names")
+        .expect("the reject check is recorded");
+    assert_eq!(reject["ok"], false);
+    let problems: Vec<&str> = reject["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "reject collective_duplicated at minicache/block_allocator.py:117: no \
+             `collective_duplicated` mutation at line 117 (the mutations there: loop_control)",
+            "reject loop_control at minicache/block_allocator.py:117: probe \
+             `test_memory.py::test_history_is_bounded` is passed",
+        ],
+        "{reject:#}"
+    );
+    // The other checks hold: the task is sound, only two of its rejects are not.
+    let c = checks(&v);
+    assert!(c[..4].iter().all(|(_, ok)| *ok), "{c:?}");
 }
 
 /// A reference that passes a probe only on the host's rerun: `tasks validate` records the

@@ -44,6 +44,8 @@ COLLECTIVES = {
     "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "broadcast", "reduce", "barrier", "all_to_all",
     "all_to_all_single", "send", "recv", "isend", "irecv", "gather", "scatter",
+    "batch_isend_irecv", "all_gather_object", "broadcast_object_list", "gather_object",
+    "scatter_object_list", "send_object_list", "recv_object_list",
 }
 DTYPE_SWAPS = {
     "float32": "float16", "float16": "float32", "bfloat16": "float16", "float64": "float32",
@@ -237,7 +239,9 @@ def statement_mutants(stmt, parent_body, in_loop):
     if isinstance(stmt, simple) and not (isinstance(stmt, ast.AnnAssign) and stmt.value is None):
         if len(parent_body) > 1 or not isinstance(stmt, ast.Return):
             out.append(("statement_dropped", [ast.Pass()]))
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+    # A collective posted twice: a call statement, or one whose result is assigned
+    # (`reqs = batch_isend_irecv(ops)`: the second posting's handles replace the first's).
+    if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call):
         name = _name_of(stmt.value.func)
         if name in COLLECTIVES:
             out.append(("collective_duplicated", [stmt, copy.deepcopy(stmt)]))

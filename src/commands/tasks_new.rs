@@ -25,6 +25,9 @@ pub struct NewArgs {
     /// The pull request's number.
     #[arg(long)]
     pub pr: u64,
+    /// The part of the model stack the change is in: training, inference or rl.
+    #[arg(long, value_parser = parse_area)]
+    pub area: crate::task::Area,
     /// The base commit (default: the first parent of the reference).
     #[arg(long)]
     pub base: Option<String>,
@@ -58,6 +61,13 @@ pub struct NewArgs {
     pub no_run: bool,
     #[command(flatten)]
     pub host: HostArgs,
+}
+
+fn parse_area(s: &str) -> Result<crate::task::Area, String> {
+    crate::task::Area::ALL
+        .into_iter()
+        .find(|a| a.as_str() == s)
+        .ok_or_else(|| format!("`{s}`: an area is training, inference or rl"))
 }
 
 pub async fn new_command(root: &Path, args: NewArgs) -> Result<u8, CliError> {
@@ -202,6 +212,7 @@ fn plan(args: &NewArgs, clone: &Path) -> anyhow::Result<Plan> {
             id: id.clone(),
             repository: args.repo.clone(),
             pr: args.pr,
+            area: args.area,
             title,
             base_commit: base,
             reference_commit: reference,

@@ -575,7 +575,10 @@ pub enum Assessment {
     /// No power record yet: shown, not a failure (a task is analysed once its probes settle).
     NotMeasured,
     /// The record holds: its digest is the probes' and its figures meet the threshold.
-    Holds { kill_rate: Option<f64> },
+    Holds {
+        kill_rate: Option<f64>,
+        counts: Counts,
+    },
     /// Problems that fail the check.
     Fails(Vec<String>),
 }
@@ -636,6 +639,7 @@ pub fn assess(
     if problems.is_empty() {
         Assessment::Holds {
             kill_rate: r.kill_rate,
+            counts: r.counts.clone(),
         }
     } else {
         Assessment::Fails(problems)

@@ -115,14 +115,24 @@ pub fn generate(
             task.id
         );
     }
-    let script = opts.runners.join("tasks/mutate.py");
-    let mut child = std::process::Command::new(&opts.python)
+    mutate(&opts.python, &opts.runners, files)
+}
+
+/// Runs runners/tasks/mutate.py on `files` (`{"path", "source", "changed": [[first, last]]}`)
+/// and returns every candidate it makes in the changed lines.
+pub(crate) fn mutate(
+    python: &Path,
+    runners: &Path,
+    files: Vec<serde_json::Value>,
+) -> anyhow::Result<Vec<Candidate>> {
+    let script = runners.join("tasks/mutate.py");
+    let mut child = std::process::Command::new(python)
         .arg(&script)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .with_context(|| format!("cannot run {} {}", opts.python.display(), script.display()))?;
+        .with_context(|| format!("cannot run {} {}", python.display(), script.display()))?;
     let request = serde_json::to_vec(&serde_json::json!({ "files": files }))?;
     {
         use std::io::Write;
@@ -151,7 +161,11 @@ pub fn generate(
 }
 
 /// Commits a candidate's file on top of the reference; returns the commit.
-fn commit_candidate(repo: &Path, reference: &str, c: &Candidate) -> anyhow::Result<String> {
+pub(crate) fn commit_candidate(
+    repo: &Path,
+    reference: &str,
+    c: &Candidate,
+) -> anyhow::Result<String> {
     let work = tempfile::tempdir()?;
     let file = work.path().join("source");
     std::fs::write(&file, &c.source)?;
@@ -402,6 +416,7 @@ pub async fn power_task(task: &Task, opts: &PowerOptions) -> anyhow::Result<Powe
 
     let validate_opts = ValidateOptions {
         runners: opts.runners.clone(),
+        python: opts.python.clone(),
         cache: opts.cache.clone(),
         git: opts.git.clone(),
         reference_runs: 1,

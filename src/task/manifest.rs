@@ -10,7 +10,9 @@ use toml::Spanned;
 
 use super::error::ManifestError;
 use super::probes::{ProbeSet, load_probes};
+use super::reject::{RawReject, Reject, rejects};
 use crate::grading::Category;
+use crate::sandbox::broker::MAX_WORLD_SIZE;
 
 /// A validated task, with its hidden probes.
 #[derive(Debug, Clone)]
@@ -24,6 +26,11 @@ pub struct Task {
     pub repository: String,
     /// Upstream pull-request number.
     pub pr: u64,
+    /// Which part of the model stack the change is in (README's task table).
+    pub area: Area,
+    /// The most ranks the probes' rank groups have (docs/probe-protocol.md "Rank groups");
+    /// 1 when no probe starts one.
+    pub ranks: u32,
     pub base_commit: String,
     pub reference_commit: String,
     pub environment: Environment,
@@ -32,6 +39,8 @@ pub struct Task {
     pub tests: OfficialTests,
     pub resources: Resources,
     pub probes: ProbeSet,
+    /// Wrong patches validation must see rejected (`[[reject]]`).
+    pub rejects: Vec<Reject>,
 }
 
 impl Task {
@@ -41,6 +50,36 @@ impl Task {
 
     pub fn prompt_path(&self) -> PathBuf {
         self.dir.join("prompt.md")
+    }
+}
+
+/// The part of the model stack a task's change is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Area {
+    /// Parallel state, optimizers, checkpoints, schedules.
+    Training,
+    /// KV cache, scheduling, sampling, offload.
+    Inference,
+    /// Advantages, rollout, weight sync between trainer and rollout workers.
+    Rl,
+}
+
+impl Area {
+    pub const ALL: [Area; 3] = [Area::Training, Area::Inference, Area::Rl];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Area::Training => "training",
+            Area::Inference => "inference",
+            Area::Rl => "rl",
+        }
+    }
+}
+
+impl std::fmt::Display for Area {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -181,6 +220,9 @@ struct RawTask {
     summary: String,
     repository: Spanned<String>,
     pr: u64,
+    area: Area,
+    #[serde(default)]
+    ranks: Option<Spanned<u32>>,
     base_commit: Spanned<String>,
     reference_commit: Spanned<String>,
     environment: Spanned<Environment>,
@@ -188,6 +230,8 @@ struct RawTask {
     upstream: Option<Spanned<RawUpstream>>,
     tests: RawTests,
     resources: RawResources,
+    #[serde(default)]
+    reject: Vec<RawReject>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -424,6 +468,34 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
         Some(u) => upstream(u, &err)?,
     };
     let probes = load_probes(probes_dir, raw.id.get_ref())?;
+    let rejects = rejects(raw.reject, &probes, &err)?;
+    let ranks = match &raw.ranks {
+        None => 1,
+        Some(r) => {
+            let (n, max) = (*r.get_ref(), MAX_WORLD_SIZE as u32);
+            if !(1..=max).contains(&n) {
+                return Err(err(
+                    r.span(),
+                    "ranks",
+                    format!("{n}: the probes' rank groups have 2 to {max} ranks (1: none)"),
+                ));
+            }
+            n
+        }
+    };
+    if ranks == 1
+        && let Some(p) = probes.probes.iter().find(|p| p.budget.rank_bytes.is_some())
+    {
+        return Err(err(
+            raw.id.span(),
+            "ranks",
+            format!(
+                "probe `{}` has a per-rank traffic budget, so the task starts rank groups: give \
+                 `ranks` (the most ranks a group has)",
+                p.id
+            ),
+        ));
+    }
     Ok(Task {
         dir: dir.to_path_buf(),
         id: raw.id.into_inner(),
@@ -431,6 +503,8 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
         summary: raw.summary,
         repository: raw.repository.into_inner(),
         pr: raw.pr,
+        area: raw.area,
+        ranks,
         base_commit: raw.base_commit.into_inner(),
         reference_commit: raw.reference_commit.into_inner(),
         environment,
@@ -463,6 +537,7 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
             labels: r.labels.clone(),
         },
         probes,
+        rejects,
     })
 }
 

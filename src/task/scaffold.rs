@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::Area;
 use crate::grading::Outcome;
 
 /// The commit that merged a pull request, found in `git log --format=%H%x1f%P%x1f%s` output.
@@ -174,6 +175,7 @@ pub struct NewTask {
     pub id: String,
     pub repository: String,
     pub pr: u64,
+    pub area: Area,
     pub title: String,
     pub base_commit: String,
     pub reference_commit: String,
@@ -205,6 +207,11 @@ pub fn render_task_toml(task: &NewTask, proposal: &Proposal) -> String {
     );
     let _ = writeln!(out, "repository = {}", q(&task.repository));
     let _ = writeln!(out, "pr = {}", task.pr);
+    let _ = writeln!(out, "area = {}", q(task.area.as_str()));
+    let _ = writeln!(
+        out,
+        "# ranks = 2   # when probes start rank groups: the most ranks a group has"
+    );
     let _ = writeln!(out, "base_commit = {}", q(&task.base_commit));
     let _ = writeln!(out, "reference_commit = {}", q(&task.reference_commit));
     let _ = writeln!(out, "\n[environment]");
@@ -424,6 +431,7 @@ mod tests {
             id: "verl-pr2337".into(),
             repository: "volcengine/verl".into(),
             pr: 2337,
+            area: Area::Rl,
             title: "GAE skips \"observation\" tokens".into(),
             base_commit: "1".repeat(40),
             reference_commit: "2".repeat(40),

@@ -28,6 +28,7 @@ SOURCE = textwrap.dedent('''\
             total += 1
         if rank == 0:
             dist.all_reduce(x)
+        reqs = dist.batch_isend_irecv([x])
         y = x.add(1)
         z = torch.clamp(y, min=0)
         w = z / (z.sum() + eps)
@@ -35,7 +36,7 @@ SOURCE = textwrap.dedent('''\
         first = order.pop()
         keep = list(counts)
         h = w.to(torch.float32)
-        return total, h, first, keep, order
+        return total, h, first, keep, order, reqs
 
 
     def pure(a, b):
@@ -81,6 +82,8 @@ def test_every_infra_operator_fires_where_it_applies():
         ("copy_removed", "list(counts)", "counts"),
         ("dtype_device", "torch.float32", "torch.float16"),
         ("collective_duplicated", "dist.all_reduce(x)", "dist.all_reduce(x) dist.all_reduce(x)"),
+        ("collective_duplicated", "reqs = dist.batch_isend_irecv([x])",
+         "reqs = dist.batch_isend_irecv([x]) reqs = dist.batch_isend_irecv([x])"),
         ("statement_dropped", "dist.all_reduce(x)", "pass"),
         ("guard_dropped", "if rank == 0: dist.all_reduce(x)", "dist.all_reduce(x)"),
     ]:
