@@ -387,10 +387,20 @@ def function_variants(func, changed):
         if isinstance(n, (ast.Global, ast.Nonlocal)):
             declared.update(n.names)
     all_names = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | params
+    # Names a nested lambda or function takes as parameters: renaming every Name of the local
+    # would rename their uses in the nested body but not the parameter (an ast.arg), which
+    # changes what they refer to (`lambda x: key[x]` beside a local `x`). Not renamed.
+    nested_params = set()
+    for n in ast.walk(func):
+        if n is not func and isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = n.args
+            nested_params.update(p.arg for p in a.args + a.kwonlyargs + a.posonlyargs)
+            nested_params.update(p.arg for p in (a.vararg, a.kwarg) if p is not None)
     stores = []
     for n in ast.walk(func):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.lineno in changed \
-                and n.id not in params and n.id not in declared and n.id != "_":
+                and n.id not in params and n.id not in declared and n.id != "_" \
+                and n.id not in nested_params:
             if n.id not in [s.id for s in stores]:
                 stores.append(n)
     for store in stores:

@@ -154,3 +154,16 @@ def test_unparseable_input_is_reported_not_crashed():
                          capture_output=True, text=True, check=True)
     data = json.loads(out.stdout)
     assert data["mutants"] == [] and data["errors"] and data["errors"][0].startswith("bad.py:1")
+
+
+def test_a_local_a_nested_lambda_also_takes_as_parameter_is_not_renamed():
+    source = textwrap.dedent('''\
+        def balance(parts, weights):
+            out = [[x + 1 for x in part] for part in parts]
+            out.sort(key=lambda x: (weights[x[0]], x))
+            total = len(out)
+            return out, total
+    ''')
+    renamed = {m["original"] for m in run(source=source) if m["operator"] == "local_renamed"}
+    assert "x" not in renamed, renamed
+    assert {"out", "part", "total"} <= renamed, renamed
