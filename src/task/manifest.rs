@@ -483,19 +483,6 @@ pub fn load_task(dir: &Path, probes_dir: &Path) -> Result<Task, ManifestError> {
             n
         }
     };
-    if ranks == 1
-        && let Some(p) = probes.probes.iter().find(|p| p.budget.rank_bytes.is_some())
-    {
-        return Err(err(
-            raw.id.span(),
-            "ranks",
-            format!(
-                "probe `{}` has a per-rank traffic budget, so the task starts rank groups: give \
-                 `ranks` (the most ranks a group has)",
-                p.id
-            ),
-        ));
-    }
     Ok(Task {
         dir: dir.to_path_buf(),
         id: raw.id.into_inner(),

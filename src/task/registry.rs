@@ -146,6 +146,23 @@ pub fn check_task(task: &Task) -> Vec<ManifestError> {
             ),
         ));
     }
+    // Checked here, not when the task is loaded: a grade may bring other probes (`--probes`).
+    if task.ranks == 1
+        && let Some(p) = task
+            .probes
+            .probes
+            .iter()
+            .find(|p| p.budget.rank_bytes.is_some())
+    {
+        problems.push(ManifestError::whole_file(
+            &manifest,
+            format!(
+                "field `ranks`: probe `{}` has a per-rank traffic budget, so the task starts \
+                 rank groups: give `ranks` (the most ranks a group has)",
+                p.id
+            ),
+        ));
+    }
     if task.tests.fail_to_pass.is_empty() {
         if task.tests.no_fail_to_pass.is_none() {
             problems.push(ManifestError::whole_file(
