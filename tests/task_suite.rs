@@ -70,11 +70,12 @@ impl Scratch {
 }
 
 impl Scratch {
-    /// `tasks validate` of the example task, from the example repository.
-    fn validate_example(&self, reference_runs: u32) -> (i32, String) {
+    /// `tasks validate` of the example task, from the example repository, with `extra`
+    /// arguments.
+    fn validate_example(&self, reference_runs: u32, extra: &[&str]) -> (i32, String) {
         let repo = example_repo().display().to_string();
         let runs = reference_runs.to_string();
-        self.run(&[
+        let mut args = vec![
             "tasks",
             "validate",
             TASK,
@@ -82,7 +83,9 @@ impl Scratch {
             &repo,
             "--reference-runs",
             &runs,
-        ])
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args)
     }
 }
 
@@ -120,7 +123,7 @@ fn the_example_validates_from_git_and_the_record_says_how() {
         return;
     }
     let s = Scratch::new();
-    let (code, out) = s.validate_example(2);
+    let (code, out) = s.validate_example(2, &[]);
     assert_eq!(code, 0, "{out}");
     let v = s.validation();
     assert_eq!(v["ok"], true);
@@ -167,7 +170,7 @@ fn a_task_whose_expectations_are_wrong_is_not_valid_and_says_which_test() {
         "id = \"evicted_blocks_are_forgotten\"",
         "id = \"evicted_blocks_are_forgotten\"\nchecks_base_behaviour = true",
     );
-    let (code, out) = s.validate_example(1);
+    let (code, out) = s.validate_example(1, &[]);
     assert_eq!(code, 2, "a task problem, not an infrastructure one: {out}");
     assert!(
         out.contains(
@@ -223,7 +226,7 @@ why = "there is no collective at this line"
     let mut toml = std::fs::read_to_string(s.task_toml()).unwrap();
     toml.push_str(rejects);
     std::fs::write(s.task_toml(), toml).unwrap();
-    let (code, out) = s.validate_example(1);
+    let (code, out) = s.validate_example(1, &[]);
     assert_eq!(code, 2, "a task problem: {out}");
     let v = s.validation();
     let names = run_names(&v);
@@ -279,18 +282,7 @@ fn a_reference_that_flakes_in_validation_quarantines_the_task() {
     }
     let s = Scratch::new();
     add_flaky_probe(&s.path().join("probes").join(TASK), None);
-    let repo = example_repo().display().to_string();
-    let (code, out) = s.run(&[
-        "tasks",
-        "validate",
-        TASK,
-        "--git",
-        &repo,
-        "--reference-runs",
-        "1",
-        "--retries",
-        "1",
-    ]);
+    let (code, out) = s.validate_example(1, &["--retries", "1"]);
     assert_eq!(code, 2, "a task problem: {out}");
     let v = s.validation();
     assert_eq!(v["ok"], false);
