@@ -46,6 +46,9 @@ COLLECTIVES = {
     "all_to_all_single", "send", "recv", "isend", "irecv", "gather", "scatter",
     "batch_isend_irecv", "all_gather_object", "broadcast_object_list", "gather_object",
     "scatter_object_list", "send_object_list", "recv_object_list",
+    # Group creation is collective: every rank of the default group takes part (a store
+    # round-trip per group, and a connection set-up per rank pair of the group on gloo).
+    "new_group", "new_subgroups", "new_subgroups_by_enumeration",
 }
 DTYPE_SWAPS = {
     "float32": "float16", "float16": "float32", "bfloat16": "float16", "float64": "float32",
@@ -145,6 +148,15 @@ def expression_mutants(node, in_loop):
             out.append(("compare_boundary", new))
         if _mentions(node, "rank"):
             out.append(("rank_guard_removed", ast.Constant(True)))
+    if isinstance(node, ast.Call) and _name_of(node.func) == "batch_isend_irecv" and \
+            len(node.args) == 1 and not node.keywords:
+        # Every point-to-point op of one batch listed twice: each send and its matching receive
+        # are posted twice in the same batch, so gloo pairs them up (twice the bytes) where a
+        # second batch_isend_irecv call of the same ops would deadlock instead.
+        new = copy.deepcopy(node)
+        new.args = [ast.BinOp(_call("list", [copy.deepcopy(node.args[0])]), ast.Mult(),
+                              ast.Constant(2))]
+        out.append(("p2p_ops_doubled", new))
     if isinstance(node, ast.BinOp):
         flips = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.FloorDiv: ast.Div}
         if type(node.op) in flips:

@@ -84,6 +84,8 @@ def test_every_infra_operator_fires_where_it_applies():
         ("collective_duplicated", "dist.all_reduce(x)", "dist.all_reduce(x) dist.all_reduce(x)"),
         ("collective_duplicated", "reqs = dist.batch_isend_irecv([x])",
          "reqs = dist.batch_isend_irecv([x]) reqs = dist.batch_isend_irecv([x])"),
+        ("p2p_ops_doubled", "dist.batch_isend_irecv([x])",
+         "dist.batch_isend_irecv(list([x]) * 2)"),
         ("statement_dropped", "dist.all_reduce(x)", "pass"),
         ("guard_dropped", "if rank == 0: dist.all_reduce(x)", "dist.all_reduce(x)"),
     ]:
@@ -167,3 +169,21 @@ def test_a_local_a_nested_lambda_also_takes_as_parameter_is_not_renamed():
     renamed = {m["original"] for m in run(source=source) if m["operator"] == "local_renamed"}
     assert "x" not in renamed, renamed
     assert {"out", "part", "total"} <= renamed, renamed
+
+
+def test_process_group_creation_counts_as_a_collective():
+    source = textwrap.dedent('''\
+        import torch.distributed as dist
+
+
+        def build(layouts):
+            for ranks in layouts:
+                group, _ = dist.new_subgroups_by_enumeration(ranks, backend="gloo")
+                dist.new_group(ranks)
+    ''')
+    doubled = {m["original"] for m in run(source=source)
+               if m["operator"] == "collective_duplicated"}
+    assert doubled == {
+        'group, _ = dist.new_subgroups_by_enumeration(ranks, backend="gloo")',
+        "dist.new_group(ranks)",
+    }, doubled
