@@ -526,7 +526,18 @@ fn a_reject_names_a_python_file_a_line_and_probes_of_the_task() {
     assert_eq!(code, 0, "{out}");
     let path = first + 1;
     let line = first + 2;
+    let operator = first + 3;
     let probes = first + 4;
+    // Operator names are snake_case and may hold digits (`p2p_ops_doubled`).
+    let keep = std::fs::read_to_string(s.task_toml()).unwrap();
+    s.replace_line(
+        &s.task_toml(),
+        "operator =",
+        "operator = \"p2p_ops_doubled\"",
+    );
+    let (code, out) = s.check();
+    assert_eq!(code, 0, "{out}");
+    std::fs::write(s.task_toml(), keep).unwrap();
     for (at, key, new, words) in [
         (
             path,
@@ -541,6 +552,18 @@ fn a_reject_names_a_python_file_a_line_and_probes_of_the_task() {
             "a Python file's path",
         ),
         (line, "line =", "line = 0", "lines count from 1"),
+        (
+            operator,
+            "operator =",
+            "operator = \"2p_ops\"",
+            "an operator of runners/tasks/mutate.py",
+        ),
+        (
+            operator,
+            "operator =",
+            "operator = \"Copy-Removed\"",
+            "an operator of runners/tasks/mutate.py",
+        ),
         (
             probes,
             "probes =",

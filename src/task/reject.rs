@@ -73,10 +73,10 @@ pub(super) fn rejects(
             ));
         }
         let operator = r.operator.get_ref();
-        if operator.is_empty()
+        if !operator.starts_with(|c: char| c.is_ascii_lowercase())
             || !operator
                 .bytes()
-                .all(|b| b.is_ascii_lowercase() || b == b'_')
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         {
             return Err(err(
                 r.operator.span(),
