@@ -727,6 +727,16 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 for e in &report.errors {
                     println!("{}: {e}", task.id);
                 }
+                if report.vacuous() {
+                    println!(
+                        "{}: no probe uses an upstream symbol that lint can see (an import of \
+                         {}, or `subject.module(\"...\")` with a literal module path), so \
+                         nothing ties the probes to {}",
+                        task.id,
+                        task.upstream.packages.join(", "),
+                        report.prompt.display()
+                    );
+                }
                 for u in &report.unnamed {
                     println!(
                         "{}:{}: {} `{}` is used by a probe but not named in {}",

@@ -45,8 +45,15 @@ pub struct LintReport {
 }
 
 impl LintReport {
+    /// No unnamed symbol, no unreadable file, and at least one symbol seen: probes that reach
+    /// the submission in a way the extractor cannot follow would otherwise pass vacuously.
     pub fn ok(&self) -> bool {
-        self.unnamed.is_empty() && self.errors.is_empty()
+        self.unnamed.is_empty() && self.errors.is_empty() && !self.vacuous()
+    }
+
+    /// The probes use no upstream symbol the extractor can see.
+    pub fn vacuous(&self) -> bool {
+        self.checked == 0
     }
 }
 

@@ -426,6 +426,37 @@ fn lint_names_each_upstream_symbol_the_prompt_leaves_out() {
 }
 
 #[test]
+fn lint_fails_probes_that_reach_no_upstream_symbol_it_can_see() {
+    let s = Scratch::new();
+    let dir = s.path().join("probes").join(TASK);
+    // The same probes, with every module path built at run time: the extractor cannot follow
+    // them, so no symbol they use is checked against the prompt.
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "py") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let hidden = text
+                .replace(
+                    "subject.module(\"minicache.block_allocator\")",
+                    "subject.module(\".\".join([\"minicache\", \"block_allocator\"]))",
+                )
+                .replace(
+                    "subject.module(\"minicache\")",
+                    "subject.module(\"\".join([\"mini\", \"cache\"]))",
+                );
+            std::fs::write(&path, hidden).unwrap();
+        }
+    }
+    let (code, out) = s.run(&["tasks", "lint", TASK]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("no probe uses an upstream symbol that lint can see"),
+        "{out}"
+    );
+    assert!(out.contains("0 upstream symbol(s) checked"), "{out}");
+}
+
+#[test]
 fn the_shipped_tasks_pass_lint() {
     let out = Command::new(env!("CARGO_BIN_EXE_infradev"))
         .arg("--root")
