@@ -26,6 +26,12 @@ and ``batch.call(f, x=1)`` give ``f`` the keyword ``x``; ``subject.getattr(obj, 
 ``subject.hasattr``, ``batch.getattr`` / ``batch.setattr`` and ``batch.call_method(obj, "name",
 ...)`` name the attribute ``name`` of ``obj``.
 
+The module path may be a string constant instead of a literal: ``PS = "pkg.mod"`` assigned in
+the file, or in a helper module of the probe directory imported as ``import _helper as H``
+(``H.PS``) or ``from _helper import PS``. Rank handles load modules the same way as the subject
+(``rank.module(PS)``, ``group[r].module("pkg.mod")``): any ``<expr>.module(path)`` whose path
+names an upstream module counts as an import, whatever the receiver.
+
 Names the probe defines itself shadow upstream ones from that point of the file on; the
 analysis is deliberately simple (one pass per scope, no data flow across functions beyond
 module-level imports), and errs on the side of listing a name.
@@ -36,6 +42,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
 
 # The probe library and its entry point.
@@ -46,6 +53,18 @@ FORWARDING_CALLS = {"call", "keep"}
 ATTRIBUTE_CALLS = {"getattr", "hasattr", "setattr", "call_method"}
 
 
+def string_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "text"`` assignments (the last one wins)."""
+    out: dict[str, str] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and \
+                isinstance(stmt.value.value, str):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    out[target.id] = stmt.value.value
+    return out
+
+
 class Collector(ast.NodeVisitor):
     def __init__(self, packages: list[str], file: str) -> None:
         self.packages = packages
@@ -53,6 +72,31 @@ class Collector(ast.NodeVisitor):
         self.symbols: list[dict] = []
         # local name -> "module" | "object" (an imported class/function) ; per scope stack
         self.scopes: list[dict[str, str]] = [{}]
+        # String constants by name, and those of the probe directory's helper modules by the
+        # local name they are imported as.
+        self.strings: dict[str, str] = {}
+        self.helper_strings: dict[str, dict[str, str]] = {}
+
+    def helper_constants(self, module: str) -> dict[str, str]:
+        """The string constants of a helper module beside this file (``_pp`` -> ``_pp.py``)."""
+        if "." in module:
+            return {}
+        path = os.path.join(os.path.dirname(self.file), module + ".py")
+        try:
+            with open(path, encoding="utf-8") as f:
+                return string_constants(ast.parse(f.read(), filename=path))
+        except (OSError, SyntaxError, ValueError):
+            return {}
+
+    def string_of(self, node: ast.AST) -> str | None:
+        """The text of a literal, of a string constant, or of a helper module's constant."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name) and self.lookup(node.id) is None:
+            return self.strings.get(node.id)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            return self.helper_strings.get(node.value.id, {}).get(node.attr)
+        return None
 
     # -- helpers -----------------------------------------------------------------------------
     def upstream(self, module: str | None) -> bool:
@@ -108,6 +152,10 @@ class Collector(ast.NodeVisitor):
                 self.emit(node, alias.name, "module")
                 local = alias.asname or alias.name.split(".")[0]
                 self.bind(local, "module")
+            else:
+                constants = self.helper_constants(alias.name)
+                if constants:
+                    self.helper_strings[alias.asname or alias.name] = constants
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if not node.level and node.module == PROBE_LIBRARY:
@@ -115,8 +163,11 @@ class Collector(ast.NodeVisitor):
                 self.bind(alias.asname or alias.name, "subject" if alias.name == "subject" else None)
             return
         if node.level or not self.upstream(node.module):
+            constants = {} if node.level else self.helper_constants(node.module or "")
             for alias in node.names:
                 self.bind(alias.asname or alias.name, None)
+                if alias.name in constants:
+                    self.strings[alias.asname or alias.name] = constants[alias.name]
             return
         self.emit(node, node.module, "module")
         for alias in node.names:
@@ -143,13 +194,15 @@ class Collector(ast.NodeVisitor):
         return None
 
     def remote_module(self, node: ast.Call) -> str | None:
-        """``pkg.mod`` for ``subject.module("pkg.mod")`` naming an upstream module."""
-        if self.library_call(node) != "module" or not node.args:
+        """``pkg.mod`` for ``<subject, rank or any handle>.module(path)`` whose path (a literal
+        or a string constant) names an upstream module."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "module") or not node.args:
             return None
-        arg = node.args[0]
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and self.upstream(arg.value):
-            return arg.value
-        return None
+        if self.kind_of(func.value) in ("module", "object", "instance", "member"):
+            return None  # an upstream object's own `module` attribute
+        path = self.string_of(node.args[0])
+        return path if path is not None and self.upstream(path) else None
 
     def visit_library_call(self, node: ast.Call, method: str) -> None:
         module = self.remote_module(node)
@@ -175,6 +228,11 @@ class Collector(ast.NodeVisitor):
             self.visit_library_call(node, method)
             self.generic_visit(node)
             return
+        module = self.remote_module(node)
+        if module is not None:  # a rank handle's (or another receiver's) module(...)
+            self.emit(node, module, "module")
+            self.generic_visit(node)
+            return
         callee = self.kind_of(node.func)
         if callee is not None:
             for kw in node.keywords:
@@ -187,6 +245,12 @@ class Collector(ast.NodeVisitor):
         kind = self.value_kind(node.value)
         for target in node.targets:
             self.assign(target, kind)
+            if isinstance(target, ast.Name):
+                text = self.string_of(node.value)
+                if text is None:
+                    self.strings.pop(target.id, None)
+                else:
+                    self.strings[target.id] = text
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
@@ -204,9 +268,11 @@ class Collector(ast.NodeVisitor):
     def value_kind(self, value: ast.AST) -> str | None:
         """An upstream class called here makes an instance; other values are untracked."""
         if isinstance(value, ast.Call):
+            if self.remote_module(value):
+                return "module"
             method = self.library_call(value)
             if method == "module":
-                return "module" if self.remote_module(value) else None
+                return None
             if method == "batch":
                 return "batch"
             if method in FORWARDING_CALLS and value.args:

@@ -103,14 +103,43 @@ def test_library_calls_pass_symbols_through(tmp_path):
     ]
 
 
-def test_shadowing_and_non_literal_modules(tmp_path):
+def test_module_paths_through_constants_helpers_and_rank_handles(tmp_path):
+    (tmp_path / "_helper.py").write_text('BA = "minicache.block_allocator"\nOTHER = 3\n')
     found = symbols(tmp_path, """
         from infradev_probe import subject
+        import _helper as H
+        from _helper import BA as ALLOC
         name = "minicache"
         dyn = subject.module(name)
 
-        def test_a(subject):
-            subject.module("minicache").X  # a parameter named subject is not the library
+        def test_a(group):
             dyn.Y
+            H_mod = subject.module(H.BA)
+            H_mod.hash_block(seed=1)
+            group[1].module(ALLOC).BlockAllocator
+            for rank in group:
+                rank.module("minicache").NoFreeBlocksError
     """)
-    assert found == []
+    assert sorted(found) == sorted([
+        ("module", "minicache"), ("name", "Y"),
+        ("module", "minicache.block_allocator"), ("name", "hash_block"), ("keyword", "seed"),
+        ("module", "minicache.block_allocator"), ("name", "BlockAllocator"),
+        ("module", "minicache"), ("name", "NoFreeBlocksError"),
+    ]), found
+
+
+def test_shadowing_and_paths_lint_cannot_read(tmp_path):
+    found = symbols(tmp_path, """
+        from infradev_probe import subject
+        import minicache
+        name = "mini" + "cache"
+        dyn = subject.module(name)
+        other = subject.module(".".join(["minicache", "x"]))
+
+        def test_a():
+            dyn.Y
+            other.Z
+            minicache.module("minicache").W  # an upstream object's own attribute
+            subject = object()
+    """)
+    assert found == [("module", "minicache"), ("name", "module")], found
