@@ -730,8 +730,8 @@ async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliError> {
                 if report.vacuous() {
                     println!(
                         "{}: no probe uses an upstream symbol that lint can see (an import of \
-                         {}, or `subject.module(\"...\")` with a literal module path), so \
-                         nothing ties the probes to {}",
+                         {}, or a `.module(...)` call whose path is a literal or a string \
+                         constant), so nothing ties the probes to {}",
                         task.id,
                         task.upstream.packages.join(", "),
                         report.prompt.display()

@@ -271,8 +271,6 @@ class Collector(ast.NodeVisitor):
             if self.remote_module(value):
                 return "module"
             method = self.library_call(value)
-            if method == "module":
-                return None
             if method == "batch":
                 return "batch"
             if method in FORWARDING_CALLS and value.args:
