@@ -105,6 +105,9 @@ on_both_executors! {
     reference_is_resolved: "submission/reference" => assert_reference_resolved;
     wrong_passes_official_tests_but_probes_reject_it: "submission/wrong" => assert_wrong_rejected_by_probes;
     broken_is_structural: "submission/broken" => assert_broken_structural;
+    // The reference that also meets itself on `localhost` (torch.distributed's rendezvous
+    // does): the sandbox resolves the name to its own loopback, so nothing changes.
+    localhost_rendezvous_is_resolved: "submission/localhost_rendezvous" => assert_reference_resolved;
 }
 
 #[test]

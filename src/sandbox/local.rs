@@ -152,7 +152,8 @@ impl LocalExecutor {
     }
 
     /// Starts one confined process (its own process group, rlimits, and as root a private
-    /// network namespace and user `uid`).
+    /// network namespace with only its loopback up, as Docker's `none` network, and user
+    /// `uid`).
     fn spawn_as(
         &self,
         spec: &PhaseSpec,
@@ -161,7 +162,7 @@ impl LocalExecutor {
         cwd: &Path,
         uid: libc::uid_t,
     ) -> Result<tokio::process::Child, String> {
-        self.spawn_in(spec, argv, env, cwd, uid, NetNs::Private)
+        self.spawn_in(spec, argv, env, cwd, uid, NetNs::PrivateWithLoopback)
     }
 
     /// `spawn_as` with a choice of network namespace (when running as root).
@@ -396,9 +397,9 @@ fn free_port() -> std::io::Result<u16> {
 /// Which network namespace a confined process gets when the executor runs as root.
 #[derive(Clone, Copy)]
 enum NetNs {
-    /// A new, empty one (no interface up).
-    Private,
-    /// A new one with its loopback up (rank 0 of a group).
+    /// A new one with only its loopback up (a phase's process; rank 0 of a group). Not
+    /// empty: upstream tests rendezvous on localhost (torch.distributed, zmq), and with `lo`
+    /// down they fail on our account.
     PrivateWithLoopback,
     /// The one this descriptor (`/proc/<pid>/ns/net`) names (the other ranks).
     Join(std::os::fd::RawFd),
@@ -443,7 +444,6 @@ fn confine(
         set(libc::RLIMIT_CORE, 0)?;
         if privileged {
             match net {
-                NetNs::Private => check(libc::unshare(libc::CLONE_NEWNET))?,
                 NetNs::PrivateWithLoopback => {
                     check(libc::unshare(libc::CLONE_NEWNET))?;
                     loopback_up()?;

@@ -450,7 +450,11 @@ fn container_body(
         user: Some(SANDBOX_USER.into()),
         working_dir: Some(working_dir.to_owned()),
         labels: Some(labels),
-        network_disabled: Some(true),
+        // Isolation is `network_mode: none` (a loopback of its own, nothing else). Not
+        // `network_disabled`: with it Docker writes no /etc/hosts, so `localhost` does not
+        // resolve and code that rendezvous on it (torch.distributed's MASTER_ADDR=localhost in
+        // upstream tests) retries until its timeout: our fault, blamed on the submission.
+        network_disabled: None,
         host_config: Some(host_config),
         ..Default::default()
     }
@@ -523,7 +527,7 @@ mod tests {
         );
         let hc = body.host_config.unwrap();
         assert_eq!(hc.network_mode.as_deref(), Some("none"));
-        assert_eq!(body.network_disabled, Some(true));
+        assert_eq!(body.network_disabled, None, "it would take /etc/hosts away");
         assert_eq!(hc.readonly_rootfs, Some(true));
         assert_eq!(hc.cap_drop, Some(vec!["ALL".to_owned()]));
         assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_owned()]));
