@@ -139,9 +139,10 @@ up() {
     for host in ctl "${nodes[@]}"; do
         c="$name-$host"; role=node; caps=()
         # Nodes: `infradev job run --executor local` runs as root and calls
-        # unshare(CLONE_NEWNET), which needs CAP_SYS_ADMIN (Docker's default set already has
+        # unshare(CLONE_NEWNET), which needs CAP_SYS_ADMIN, then brings the new namespace's
+        # loopback up, which needs CAP_NET_ADMIN (Docker's default set already has
         # SETUID/SETGID for dropping to nobody; setsid/setrlimit lowering need none).
-        if [ "$host" = ctl ]; then role=ctl; else caps=(--cap-add SYS_ADMIN); fi
+        if [ "$host" = ctl ]; then role=ctl; else caps=(--cap-add SYS_ADMIN --cap-add NET_ADMIN); fi
         docker create --name "$c" --hostname "$host" --label "$label" --init \
             --network "$name-net" --network-alias "$host" "${mounts[@]}" "${caps[@]}" \
             "$image" /cluster/entry.sh "$role" >/dev/null
