@@ -61,22 +61,28 @@ class Session:
         return self.scores.REC.state()
 
 
-def batch(specs, rng, length=6):
+def batch(specs, rng, length=6, special=False, tensors=None, non_tensors=None, meta_info=None):
     """A DataProto of len(specs) responses: ids 1000.., a right-padded attention mask of
     1..length valid tokens, ground_truth = the JSON spec (what the instrumented score reads:
-    its delay, its score, its mode) plus the decoded valid response it must receive.
+    its delay, its score, its mode) plus the decoded valid response it must receive. With
+    `special`, about a third of the ids are special tokens (below 100), which the decoded text
+    leaves out. `tensors`, `non_tensors` and `meta_info` add columns and meta info.
     Returns the DataProto handle and the valid lengths."""
     n = len(specs)
     lengths = [int(v) for v in rng.integers(1, length + 1, size=n)]
     responses = torch.from_numpy(rng.integers(1000, 5000, size=(n, length))).long()
+    if special:
+        marks = torch.from_numpy(rng.random((n, length)) < 0.35)
+        responses = torch.where(marks, torch.from_numpy(rng.integers(1, 100, size=(n, length))), responses)
     mask = (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]).long()
     gts = []
     for i, spec in enumerate(specs):
-        text = " ".join(str(int(t)) for t in responses[i, : lengths[i]])
+        text = " ".join(str(int(t)) for t in responses[i, : lengths[i]] if int(t) >= 100)
         gts.append({"ground_truth": json.dumps(dict(spec, text=text))})
     data = verl.DataProto.from_dict(
-        tensors={"responses": responses, "attention_mask": mask},
-        non_tensors={"data_source": ["probe"] * n, "reward_model": gts},
+        tensors={"responses": responses, "attention_mask": mask, **(tensors or {})},
+        non_tensors={"data_source": ["probe"] * n, "reward_model": gts, **(non_tensors or {})},
+        meta_info=meta_info,
     )
     return data, lengths
 

@@ -19,10 +19,17 @@ import time
 
 
 class Tokenizer:
-    """decode(ids) -> the ids as decimal numbers joined by one space."""
+    """decode(ids) -> the ids as decimal numbers joined by one space. Ids below 100 are special
+    tokens: left out with skip_special_tokens=True, written as <sN> otherwise."""
 
-    def decode(self, ids, skip_special_tokens=True, **kwargs):
-        return " ".join(str(int(i)) for i in ids)
+    def decode(self, ids, skip_special_tokens=False, **kwargs):
+        words = []
+        for i in (int(i) for i in ids):
+            if i >= 100:
+                words.append(str(i))
+            elif not skip_special_tokens:
+                words.append(f"<s{i}>")
+        return " ".join(words)
 
 
 class Recorder:

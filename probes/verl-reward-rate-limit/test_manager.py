@@ -187,3 +187,33 @@ def test_reward_function_without_kwargs(s):
     torch.testing.assert_close(rewards, C.expected_rewards(specs, lengths), rtol=0, atol=0)
     assert extra.get("score") == [sp["score"] for sp in specs]
     assert extra.get("label") == [sp["label"] for sp in specs]
+
+
+def test_decoding_and_precomputed_scores(s):
+    """Requirement: solution_str is the decoding of the valid response ids with
+    skip_special_tokens=True (the stand-in tokenizer writes special ids as <sN> unless told to
+    skip them), so responses holding special tokens score normally. A batch that already holds
+    "rm_scores" gets them back as they are, with no compute_score call: the tensor itself, or
+    with return_dict=True as reward_tensor, reward_extra_info holding the non-tensor columns
+    meta_info["reward_extra_keys"] names."""
+    rng = _rng(8)
+    specs = [{"delay": 0.0, "score": 1.5 + i} for i in range(7)]
+    manager = s.manager({"max_concurrent": 4, "timeout": 30.0})
+    data, lengths = C.batch(specs, rng, special=True)
+    rewards, extra, _ = C.score_all(manager, data)
+    torch.testing.assert_close(rewards, C.expected_rewards(specs, lengths), rtol=0, atol=0)
+    assert extra["acc"] == [sp["score"] for sp in specs]
+
+    s.scores.reset()
+    rm_scores = torch.from_numpy(rng.normal(size=(5, 6))).float()
+    labels = [f"judge-{int(v)}" for v in rng.integers(0, 1000, size=5)]
+    data, _ = C.batch(
+        [{"delay": 0.0, "score": 1.0}] * 5, rng, tensors={"rm_scores": rm_scores},
+        non_tensors={"label": labels}, meta_info={"reward_extra_keys": ["label"]},
+    )
+    plain = manager(data)
+    torch.testing.assert_close(plain, rm_scores, rtol=0, atol=0)
+    out = manager(data, return_dict=True)
+    torch.testing.assert_close(out["reward_tensor"], rm_scores, rtol=0, atol=0)
+    assert [str(v) for v in out["reward_extra_info"]["label"]] == labels
+    assert s.state()["calls"] == 0, "compute_score ran on a batch that holds rm_scores"
