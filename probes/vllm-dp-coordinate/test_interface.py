@@ -4,6 +4,7 @@
 import random
 
 import numpy as np
+import pytest
 from infradev_probe import subject, workload_seed
 
 import _dp as D
@@ -12,6 +13,7 @@ SEED = workload_seed("PROBE-SECRET-dp-coordinate-iface-07b2")
 
 DPU = "vllm.v1.worker.dp_utils"
 UBU = "vllm.v1.worker.ubatch_utils"
+FC = "vllm.forward_context"
 
 
 def test_public_interface():
@@ -60,3 +62,51 @@ def test_create_ubatch_slices_matches_model():
         pairs = [((int(s.request_slice.start), int(s.request_slice.stop)),
                   (int(s.token_slice.start), int(s.token_slice.stop))) for s in got]
         assert pairs == D.ubatch_slices(ns, split), (ns, split)
+
+
+def test_dp_metadata_takes_the_given_counts():
+    """Requirement: DPMetadata.make(parallel_config, num_tokens, num_tokens_across_dp_cpu)
+    communicates nothing (no DP group exists here): it keeps the counts it is given and their
+    maximum, and refuses (AssertionError) counts whose entry at data_parallel_rank is not
+    num_tokens. set_forward_context(attn_metadata, vllm_config, num_tokens=...,
+    num_tokens_across_dp=...) with data_parallel_size 4 builds that DPMetadata from its
+    num_tokens, or from 0 when it is given attention metadata and no num_tokens.
+
+    The official test never builds a DPMetadata: a make that ignores the rank's own count, or
+    a forward context that passes it another count, passes it."""
+    fc = subject.module(FC)
+    cfgmod = subject.module("vllm.config")
+    torch_s = subject.module("torch")
+    rng = random.Random(SEED + 17)
+    for _ in range(12):
+        rank = rng.randrange(4)
+        counts = [rng.randint(1, 4096) for _ in range(4)]
+        cfg = cfgmod.ParallelConfig(data_parallel_size=4, data_parallel_rank=rank)
+        across = subject.keep(torch_s.tensor, counts, dtype=torch_s.int32)
+        md = fc.DPMetadata.make(cfg, counts[rank], across)
+        assert [int(x) for x in md.num_tokens_across_dp_cpu.tolist()] == counts
+        assert int(md.max_tokens_across_dp_cpu) == max(counts)
+        with pytest.raises(AssertionError):
+            fc.DPMetadata.make(cfg, counts[rank] + rng.randint(1, 64), across)
+
+    rank = rng.randrange(4)
+    counts = [rng.randint(1, 512) for _ in range(4)]
+    # device_config: vLLM infers no device type on a CPU-only host without its compiled ops.
+    vcfg = cfgmod.VllmConfig(
+        device_config=cfgmod.DeviceConfig(device="cpu"),
+        parallel_config=cfgmod.ParallelConfig(data_parallel_size=4, data_parallel_rank=rank))
+    across = subject.keep(torch_s.tensor, counts, dtype=torch_s.int32)
+    with pytest.raises(AssertionError):
+        with fc.set_forward_context(None, vcfg, num_tokens=counts[rank] + 1,
+                                    num_tokens_across_dp=across):
+            pass
+    with fc.set_forward_context(None, vcfg, num_tokens=counts[rank], num_tokens_across_dp=across):
+        md = fc.get_forward_context().dp_metadata
+        assert [int(x) for x in md.num_tokens_across_dp_cpu.tolist()] == counts
+        assert int(md.max_tokens_across_dp_cpu) == max(counts)
+    counts[rank] = 0
+    across = subject.keep(torch_s.tensor, counts, dtype=torch_s.int32)
+    with fc.set_forward_context(subject.keep(subject.module("builtins").object), vcfg,
+                                num_tokens_across_dp=across):
+        md = fc.get_forward_context().dp_metadata
+        assert [int(x) for x in md.num_tokens_across_dp_cpu.tolist()] == counts
