@@ -11,18 +11,10 @@ import _mq as Q
 
 mq = subject.module("vllm.distributed.device_communicators.shm_broadcast")
 np_s = subject.module("numpy")
+op_s = subject.module("operator")
 
 
-def _import_now():
-    """Imports the module in the subject at collection, so that no test includes the import."""
-    try:
-        subject.describe(mq)
-        subject.describe(np_s)
-    except Exception:
-        pass  # the tests meet the error again and report it
-
-
-_import_now()
+Q.import_now(subject.describe, mq, np_s, op_s)
 
 PROBE_SECRET = "PROBE-SECRET-shm-oob-state-8a31f7"
 MiB = Q.MiB
@@ -121,3 +113,39 @@ def test_default_max_chunk_bytes():
         assert name in params, name
     assert params["max_chunk_bytes"].default == 24 * 1024 * 1024
     assert params["max_chunks"].default == 10
+
+
+def test_every_size_around_the_chunk_limit():
+    """Requirement: whatever its size, a message is delivered intact: it fits a chunk with
+    its framing or it overflows, never in between. With max_chunk_bytes 4096, messages of
+    {"step", "payload": bytes} with every payload length from 3700 to 4111 bytes (so one of
+    them fills a chunk exactly, whatever the framing), and with max_chunk_bytes = 1 MiB + 1024
+    messages of a 1 MiB array (out of band) plus a payload of every length from 0 to 1299
+    bytes, each reach a local reader bit-identical, in order.
+
+    The official test sends a few bytes per message, and the other probes' messages are
+    either far below a chunk or far above it."""
+    rng = np.random.default_rng(workload_seed(PROBE_SECRET + "-edge"))
+    q = Q.Queue(mq, n_local=1, n_remote=0, max_chunk_bytes=4096, max_chunks=4)
+    reader = q.readers[0]
+    for n in range(3700, 4112):
+        payload = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        q.writer.enqueue({"step": n, "payload": payload})
+        got = reader.dequeue(timeout=Q.TIMEOUT)
+        assert got == {"step": n, "payload": payload}, (
+            f"max_chunk_bytes 4096: the message with a {n}-byte payload arrived different")
+
+    q = Q.Queue(mq, n_local=1, n_remote=0, max_chunk_bytes=MiB + 1024, max_chunks=4)
+    reader = q.readers[0]
+    first = int(rng.integers(1 << 20))
+    arr = subject.keep(np_s.arange, first, first + MiB // 8, dtype="int64")
+    for n in range(0, 1300):
+        payload = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        q.writer.enqueue(subject.put({"step": n, "array": arr, "payload": payload}))
+        got = subject.keep(reader.dequeue, timeout=Q.TIMEOUT)
+        assert got["step"] == n and got["payload"] == payload, (
+            f"max_chunk_bytes 1 MiB + 1 KiB: the message with a {n}-byte payload arrived "
+            "different")
+        assert bool(np_s.array_equal(subject.keep(op_s.getitem, got, "array"), arr)), (
+            f"max_chunk_bytes 1 MiB + 1 KiB: the 1 MiB array of message {n} arrived different")
+        del got
