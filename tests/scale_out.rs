@@ -741,9 +741,10 @@ async fn a_push_cancels_the_slurm_job(backend: Backend) {
     );
     assert_eq!(w.send("pull_request", pushed).await, 202);
 
+    // COMPLETING is transient: scancel'd, its processes not yet reaped.
     let state = slurm::until("scancel of the old job", Duration::from_secs(60), || {
         let state = cluster.job(&old).get("JobState").cloned()?;
-        (state != "RUNNING").then_some(state)
+        (!matches!(state.as_str(), "RUNNING" | "COMPLETING")).then_some(state)
     })
     .await;
     assert_eq!(state, "CANCELLED");
