@@ -135,6 +135,7 @@ pub async fn grade_submission(
     let mut limitations = Vec::new();
     let mut executor_name = executor_label(&req.executor);
     let mut images = Vec::new();
+    let mut run = None;
     if prepared.apply_error.is_none() {
         on_progress(Progress::Preparing("preparing the sandbox"));
         let executor = prepare_executor(&req.executor, task, &req.lib).await;
@@ -144,7 +145,8 @@ pub async fn grade_submission(
             executor_name = e.name();
             images = e.images();
         }
-        let run_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+        let run_id = new_run_id();
+        run = Some(run_id.clone());
         for phase in [Phase::Tests, Phase::Probes] {
             let expected = expected_tests(task, phase);
             if expected.is_empty() {
@@ -236,6 +238,7 @@ pub async fn grade_submission(
             .into_iter()
             .map(|(tag, id)| crate::report::ImageRef { tag, id })
             .collect(),
+        run_id: run,
     };
     redactor.redact_report(&mut report);
     if req.keep_workdir {
@@ -243,6 +246,11 @@ pub async fn grade_submission(
         tracing::info!(workdir = %kept.display(), "kept the work dir");
     }
     Ok(report)
+}
+
+/// A grade's sandbox run id: every container and network it makes is labelled with it.
+fn new_run_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
 }
 
 /// What the official phase ran in a task's test files, judged by nothing.
@@ -269,7 +277,7 @@ pub async fn run_test_files(req: &GradeRequest) -> Result<TestFileRun, GradeErro
         .await
         .map_err(|e| GradeError::Infra(anyhow::anyhow!(e)))?;
     let redactor = Redactor::from_sources(&[]);
-    let run_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let run_id = new_run_id();
     let ctx = PhaseContext {
         executor: &executor,
         req,
@@ -345,6 +353,7 @@ pub fn report_unapplied(
             .map(|p| (p.test.clone(), p.requirement.clone()))
             .collect(),
         images: Vec::new(),
+        run_id: None,
     }
 }
 

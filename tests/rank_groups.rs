@@ -271,17 +271,27 @@ fn docker_ranks_are_measured_and_isolated_each_in_its_own_namespace() {
         );
     }
     assert!(duplicate.passed("::test_rank_isolation"), "{out}");
-    // The groups' networks are gone (only rank groups make networks named so).
+    // The groups' networks are gone: none labelled with either grade's run is left (another
+    // grade on the same host may hold networks of its own meanwhile).
+    for g in [&honest, &duplicate] {
+        let run = g
+            .report
+            .run_id
+            .as_deref()
+            .expect("a grade that ran has a run id");
+        let nets = Command::new("docker")
+            .args(["network", "ls", "--format", "{{.Name}}", "--filter"])
+            .arg(format!("label=org.infradev.run={run}"))
+            .output()
+            .expect("docker network ls");
+        assert!(nets.status.success(), "{nets:?}");
+        let left = String::from_utf8_lossy(&nets.stdout).trim().to_owned();
+        assert!(left.is_empty(), "run {run} left {left}");
+    }
     let nets = Command::new("docker")
         .args(["network", "ls", "--format", "{{.Name}}"])
         .output()
         .expect("docker network ls");
-    let left: Vec<String> = String::from_utf8_lossy(&nets.stdout)
-        .lines()
-        .filter(|n| n.starts_with("infradev-") && n.contains("-rank-"))
-        .map(str::to_owned)
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
     // The grades' reaper removed the orphan network and left the live one.
     let names = String::from_utf8_lossy(&nets.stdout).into_owned();
     let _ = Command::new("docker")

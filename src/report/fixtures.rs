@@ -118,6 +118,7 @@ fn report(
             ),
         ]),
         images: Vec::new(),
+        run_id: apply_error.is_none().then(|| "3f2a9c1b7d4e".into()),
     };
     Redactor::from_sources(&[("test_state.py".into(), PROBE_SOURCE.into())])
         .redact_report(&mut report);

@@ -45,6 +45,11 @@ pub struct Report {
     /// then each environment layer. Empty for the local executor.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImageRef>,
+    /// The sandboxes' run id: every container and network the grade made carries it as the
+    /// label `org.infradev.run`, so an operator (or the reaper's log) can tell them apart from
+    /// another grade's on the same host. None when nothing ran (the change did not apply).
+    #[serde(default)]
+    pub run_id: Option<String>,
 }
 
 /// One image a grade ran in.

@@ -431,7 +431,8 @@ fn json_build_failure() {
       "probe_requirements": {
         "test_mem.py::test_history_is_bounded": "Optimizer history stays under 32 MB.",
         "test_state.py::test_resume_restores_step_count": "A resumed optimizer continues from the saved step count."
-      }
+      },
+      "run_id": "3f2a9c1b7d4e"
     }
     "#);
 }

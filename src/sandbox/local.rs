@@ -56,6 +56,11 @@ impl LocalExecutor {
                 "the process limit counts every process of the invoking user".to_owned(),
                 "the judge and the subject of the probe phase run as the same user: the subject could trace the judge".to_owned(),
             ]);
+        } else {
+            // RLIMIT_NPROC is per real uid, host-wide: Docker sandboxes run as 65534 too.
+            out.push(format!(
+                "the process limit counts every process of uid {NOBODY} on the host, another grade's sandboxes included"
+            ));
         }
         out
     }
