@@ -145,8 +145,7 @@ pub async fn grade_submission(
             executor_name = e.name();
             images = e.images();
         }
-        let run_id = new_run_id();
-        run = Some(run_id.clone());
+        let run_id: &str = run.insert(new_run_id());
         for phase in [Phase::Tests, Phase::Probes] {
             let expected = expected_tests(task, phase);
             if expected.is_empty() {
@@ -162,7 +161,7 @@ pub async fn grade_submission(
                         executor,
                         req,
                         ws: &ws,
-                        run_id: &run_id,
+                        run_id,
                         redactor: &redactor,
                     };
                     run_attempts(&ctx, phase, &expected, on_progress)
