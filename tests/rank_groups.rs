@@ -239,6 +239,11 @@ fn docker_ranks_are_measured_and_isolated_each_in_its_own_namespace() {
             .expect("docker network create");
         assert!(out.status.success(), "{out:?}");
     };
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 1;
     let orphan = format!("infradev-orphan-rank-{}", std::process::id());
     let live = format!("infradev-live-net-{}", std::process::id());
     network(&orphan, "1");
@@ -279,6 +284,21 @@ fn docker_ranks_are_measured_and_isolated_each_in_its_own_namespace() {
             .run_id
             .as_deref()
             .expect("a grade that ran has a run id");
+        // The id the report names is the one its sandboxes were labelled with.
+        let created = Command::new("docker")
+            .args(["events", "--since", &since.to_string(), "--until", "0s"])
+            .args(["--filter", "type=container", "--filter", "event=create"])
+            .arg("--filter")
+            .arg(format!("label=org.infradev.run={run}"))
+            .args(["--format", "{{.Actor.Attributes.name}}"])
+            .output()
+            .expect("docker events");
+        assert!(created.status.success(), "{created:?}");
+        let created = String::from_utf8_lossy(&created.stdout).into_owned();
+        assert!(
+            created.lines().any(|n| n.contains("-rank-")),
+            "run {run}: no rank container labelled with it: {created}"
+        );
         let nets = Command::new("docker")
             .args(["network", "ls", "--format", "{{.Name}}", "--filter"])
             .arg(format!("label=org.infradev.run={run}"))
