@@ -16,8 +16,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use infradev::fetch::Cache;
-use infradev::sandbox::docker::{
+use infradev::suite::fetch::Cache;
+use infradev::grade::sandbox::docker::{
     BENCH_NAMESPACE, EnvBench, EnvMode, ImageLayers, PipLayer, Storage, common_layers, unique_bytes,
 };
 use infradev::task::{Registry, Task};

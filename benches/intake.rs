@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use fake_github::FakeGitHub;
 use futures_util::StreamExt;
-use infradev::store::{JobState, Store};
+use infradev::service::store::{JobState, Store};
 use payloads::Author;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -76,7 +76,7 @@ async fn run() {
     let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
     let body_path = fixture();
     let body = std::fs::read(&body_path).expect("the pull_request fixture");
-    let signature = infradev::webhook::sign(&SecretString::from(SECRET.to_owned()), &body);
+    let signature = infradev::service::webhook::sign(&SecretString::from(SECRET.to_owned()), &body);
     let secret_file = scratch.path().join("webhook-secrets");
     std::fs::write(&secret_file, SECRET).expect("write the secret");
 

@@ -35,7 +35,7 @@ fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let scratch = tempfile::tempdir().expect("temp dir");
     let repo = scratch.path().join("minicache");
-    infradev::demo::make_example_repo(&root, &repo).expect("make-repo.sh");
+    infradev::cli::demo::make_example_repo(&root, &repo).expect("make-repo.sh");
     let heads: Vec<&str> = (0..copies).flat_map(|_| HEADS).collect();
 
     let grade = |head: &str| {

@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
-use infradev::app::mirror::Mirrors;
-use infradev::app::service::{Service, Tuning};
-use infradev::backend::{Placement, Submission};
-use infradev::config::Secrets;
-use infradev::store::{Job, Store};
+use infradev::service::app::mirror::Mirrors;
+use infradev::service::app::service::{Service, Tuning};
+use infradev::service::backend::{Placement, Submission};
+use infradev::service::config::Secrets;
+use infradev::service::store::{Job, Store};
 use infradev::task::Registry;
 use secrecy::SecretString;
 use support::payloads::{self, Author, FORK_OWNER, REPO};
@@ -668,7 +668,7 @@ fn fetch_and_bundle(w: &World, heads: &[String]) -> (Vec<f64>, Vec<f64>) {
             .expect("fetch the head");
         fetch.push(ms(started.elapsed()));
         let started = Instant::now();
-        infradev::app::bundle::write(
+        infradev::service::app::bundle::write(
             &scratch.path().join(format!("bundles/job-{i}-1")),
             &root,
             &task,
@@ -773,7 +773,7 @@ fn capture_sbatch_times() -> Arc<Mutex<Vec<f64>>> {
     let times = Arc::new(Mutex::new(Vec::new()));
     tracing_subscriber::registry()
         .with(Sbatch(times.clone()).with_filter(
-            Targets::new().with_target("infradev::backend::slurm", LevelFilter::DEBUG),
+            Targets::new().with_target("infradev::service::backend::slurm", LevelFilter::DEBUG),
         ))
         .with(
             fmt::layer()
@@ -813,7 +813,7 @@ async fn slurm_part(heads: &[String], sbatch_ms: &Arc<Mutex<Vec<f64>>>) -> Part 
             placement: placement.clone(),
             result_url: "http://127.0.0.1:9/unused".into(),
         };
-        infradev::backend::slurm::render_script(&sub, &floor_dir, &slurm).expect("render")
+        infradev::service::backend::slurm::render_script(&sub, &floor_dir, &slurm).expect("render")
     };
 
     // One cold PR: mirror created, token minted, the task's commits fetched once.
@@ -933,7 +933,7 @@ async fn actions_part(heads: &[String]) -> Part {
     let app = w.fake.app();
     let task = Registry::resolve(&w.root, TASK, None).expect("the example task");
     let placement = Placement::for_task(&task.resources, Duration::ZERO);
-    let labels = infradev::backend::github_actions::runs_on(
+    let labels = infradev::service::backend::github_actions::runs_on(
         &["self-hosted".to_owned(), "gpu".to_owned()],
         &placement,
     );
@@ -950,7 +950,7 @@ async fn actions_part(heads: &[String]) -> Part {
             placement: placement.clone(),
             result_url: format!("http://{}/jobs/{}/result", w.listen, 900_000 + i),
         };
-        let inputs = infradev::backend::github_actions::inputs(&sub, &token, &labels);
+        let inputs = infradev::service::backend::github_actions::inputs(&sub, &token, &labels);
         let started = Instant::now();
         let client = app
             .client(GRADER_INSTALLATION, owner, name)

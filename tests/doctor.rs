@@ -200,7 +200,7 @@ fn the_store_s_migration_state_is_reported() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let latest = rt.block_on(async {
-        let store = infradev::store::Store::open(&url).await.unwrap();
+        let store = infradev::service::store::Store::open(&url).await.unwrap();
         let v = store.latest_schema_version();
         store.close().await;
         v

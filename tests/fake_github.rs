@@ -1,4 +1,4 @@
-//! Our GitHub client (`infradev::github`) against the fake github.com, which checks every
+//! Our GitHub client (`infradev::service::github`) against the fake github.com, which checks every
 //! request against GitHub's OpenAPI description and authentication rules.
 
 mod support;
@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use chrono::Utc;
-use infradev::github::{
+use infradev::service::github::{
     Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunUpdate,
     Conclusion, GitHubApp, GitHubError, Retry, RetryPolicy, Status,
 };
@@ -785,7 +785,7 @@ fn dispatch_inputs(name: &str) -> serde_json::Map<String, Value> {
     .collect()
 }
 
-async fn grader_setup() -> (FakeGitHub, infradev::github::RepoClient) {
+async fn grader_setup() -> (FakeGitHub, infradev::service::github::RepoClient) {
     let fake = FakeGitHub::start().await;
     fake.add_installation(INSTALLATION, &[REPO, GRADER]);
     fake.add_workflow(GRADER, GRADE_YML);
@@ -848,7 +848,7 @@ async fn a_dispatched_run_is_read_found_and_cancelled() {
     let got = client.workflow_run(run_id).await.unwrap();
     assert_eq!(
         got,
-        infradev::github::WorkflowRunSummary {
+        infradev::service::github::WorkflowRunSummary {
             id: run_id,
             status: "queued".into(),
             conclusion: None,
@@ -1146,7 +1146,7 @@ async fn the_example_grading_workflow_accepts_a_grade_dispatch() {
     let mut got = declared.clone();
     got.sort();
     assert_eq!(got, want, "{}", path.display());
-    assert!(declared.len() <= infradev::github::MAX_DISPATCH_INPUTS);
+    assert!(declared.len() <= infradev::service::github::MAX_DISPATCH_INPUTS);
     assert!(yaml.contains("run-name: ${{ inputs.name }}"));
     assert!(yaml.contains("runs-on: ${{ fromJSON(inputs.runs_on) }}"));
 
@@ -1164,7 +1164,7 @@ async fn the_example_grading_workflow_accepts_a_grade_dispatch() {
 
 #[tokio::test]
 async fn workflow_webhooks_describe_the_fake_s_runs() {
-    use infradev::webhook::{Event, parse};
+    use infradev::service::webhook::{Event, parse};
     use support::payloads;
 
     let (fake, client) = grader_setup().await;
@@ -1184,7 +1184,7 @@ async fn workflow_webhooks_describe_the_fake_s_runs() {
         as_event("workflow_run", &requested),
         Event::WorkflowRun {
             action: "requested".into(),
-            repo: infradev::webhook::Repo {
+            repo: infradev::service::webhook::Repo {
                 owner: "acme".into(),
                 name: "grader".into(),
             },

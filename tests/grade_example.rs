@@ -240,7 +240,7 @@ fn an_unreachable_docker_engine_is_an_infra_error_not_the_agents() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: infradev::report::Report =
+    let report: infradev::grade::report::Report =
         serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     assert_eq!(report.grade.verdict, Verdict::Error);
     assert!(

@@ -11,8 +11,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use infradev::report::Report;
-use infradev::store::{PullUpsert, Store};
+use infradev::grade::report::Report;
+use infradev::service::store::{PullUpsert, Store};
 use support::payloads::{Author, FORK_OWNER};
 use support::story::*;
 
@@ -184,7 +184,7 @@ async fn grade_pages_the_dashboard_and_stats_from_the_store() {
         let store = store.clone();
         async move {
             let job = store
-                .graded_job(infradev::store::JobId(id))
+                .graded_job(infradev::service::store::JobId(id))
                 .await
                 .unwrap()
                 .unwrap();
@@ -493,7 +493,7 @@ async fn copy_grades(from: &Store, url: &str, ids: &[i64]) {
     let to = Store::open(url).await.unwrap();
     for id in ids {
         let job = from
-            .graded_job(infradev::store::JobId(*id))
+            .graded_job(infradev::service::store::JobId(*id))
             .await
             .unwrap()
             .unwrap();

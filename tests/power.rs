@@ -45,8 +45,8 @@ fn tasks_power_grades_mutants_and_variants_of_the_example_end_to_end() {
     assert!(v["runs"].as_array().is_some_and(|r| !r.is_empty()));
     let p = &v["power"];
 
-    let files = infradev::power::run::read_probe_files(&support::probes_dir()).unwrap();
-    assert_eq!(p["probes_digest"], infradev::power::probes_digest(&files));
+    let files = infradev::suite::power::run::read_probe_files(&support::probes_dir()).unwrap();
+    assert_eq!(p["probes_digest"], infradev::suite::power::probes_digest(&files));
     assert_eq!(p["cap_per_operator"], 1);
     assert_eq!(p["seeds"], serde_json::json!([0, 1]));
     for op in p["operators"].as_array().unwrap() {
@@ -341,7 +341,7 @@ fn rejudging_applies_a_reviewed_equivalent_without_grading_again() {
         m["status"] = "survived".into();
         m["probes"] = "passed".into();
         m.as_object_mut().unwrap().remove("killed_by");
-        m["note"] = infradev::power::NO_EVIDENCE.into();
+        m["note"] = infradev::suite::power::NO_EVIDENCE.into();
     });
     let (code, out) = run(dir.path(), &["tasks", "power", TASK, "--rejudge"]);
     assert_eq!(code, 2, "one survivor puts the kill rate under 90 %: {out}");

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use infradev::grading::{BudgetKind, Category, Kill, Outcome, Verdict};
-use infradev::report::Report;
+use infradev::grade::report::Report;
 use support::{docker_ready, example_repo, local_python_ready, root, task_dir};
 
 fn grade(executor: &str) -> (Report, Duration, String) {

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use infradev::run::record::Record;
-use infradev::run::report::RunReport;
+use infradev::analysis::run::record::Record;
+use infradev::analysis::run::report::RunReport;
 use support::{
     FLAKY_PROBE, TASK, add_flaky_probe, copy_dir, docker_ready, example_repo, infradev,
     output_text as text, root,
@@ -257,7 +257,7 @@ fn a_run_grades_every_submission_and_reports_the_figures() {
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
         String::from_utf8(o.stdout).unwrap()
     };
-    let json: infradev::stats::Stats = serde_json::from_str(&stats(&["--format", "json"])).unwrap();
+    let json: infradev::analysis::stats::Stats = serde_json::from_str(&stats(&["--format", "json"])).unwrap();
     assert_eq!(json, r.stats);
     let csv = stats(&["--format", "csv", "--table", "agents"]);
     let beta_row = format!(
@@ -369,7 +369,7 @@ fn a_probe_that_passes_only_on_a_rerun_is_flaky_never_a_pass() {
     // The grade itself: the probe's attempts, and the rerun phase that ran only what failed.
     let record =
         Record::read(&dir.join("submissions").join(format!("{}.json", flaky.key))).unwrap();
-    let infradev::run::record::Outcome::Graded { report } = &record.outcome else {
+    let infradev::analysis::run::record::Outcome::Graded { report } = &record.outcome else {
         panic!("graded: {all}");
     };
     let probe = report
@@ -398,7 +398,7 @@ fn a_probe_that_passes_only_on_a_rerun_is_flaky_never_a_pass() {
     );
 
     // flakes.json: the run's flake record.
-    let flakes: infradev::run::flakes::Flakes =
+    let flakes: infradev::analysis::run::flakes::Flakes =
         serde_json::from_str(&std::fs::read_to_string(dir.join("flakes.json")).unwrap()).unwrap();
     let task = flakes.tasks.iter().find(|t| t.task == FLAKY_TASK).unwrap();
     let entry = task.tests.iter().find(|t| t.id == FLAKY_PROBE).unwrap();

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use base64::Engine;
-use infradev::run::report::RunReport;
+use infradev::analysis::run::report::RunReport;
 use sha2::{Digest, Sha256};
 use support::{
     TASK, copy_dir, docker_ready, example_repo, infradev, local_python_ready, output_text as text,
@@ -303,7 +303,7 @@ fn a_skill_exported_from_real_grades_carries_their_statistics_and_no_probe() {
         format!("sha256:{}", hex::encode(Sha256::digest(listing.as_bytes())))
     );
     assert_eq!(p["inputs"]["summaries"], 1, "report.json left out");
-    let stats: infradev::stats::Stats = serde_json::from_value(p["stats"].clone()).unwrap();
+    let stats: infradev::analysis::stats::Stats = serde_json::from_value(p["stats"].clone()).unwrap();
     assert_eq!(stats, report.stats);
     assert_eq!(
         p["files"]["SKILL.md"],

@@ -18,8 +18,8 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use infradev::backend::slurm::{Slurm, SlurmConfig};
-use infradev::backend::{BackendError, Outcome, Placement, RemoteState, Submission};
+use infradev::service::backend::slurm::{Slurm, SlurmConfig};
+use infradev::service::backend::{BackendError, Outcome, Placement, RemoteState, Submission};
 
 /// Stands in for `infradev job run`: writes `ran-<restart>.txt` (host, GPUs, arguments) into
 /// the bundle (its working directory), sleeps as the bundle's `sleep` file says on the first

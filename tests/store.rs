@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use chrono::Utc;
-use infradev::store::*;
+use infradev::service::store::*;
 use serde_json::json;
 
 // ---------------------------------------------------------------------------------------------
@@ -1237,8 +1237,8 @@ fn ids_of(jobs: Vec<Job>) -> Vec<JobId> {
 }
 
 async fn result_tokens_are_hashed_single_use_and_expire(db: TestDb) {
-    use infradev::app::results::{Answer, ResultError, receive};
-    use infradev::backend::token;
+    use infradev::service::app::results::{Answer, ResultError, receive};
+    use infradev::service::backend::token;
 
     let store = db.open().await;
     let job = remote_job(&store, 3, "slurm").await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 mod support;
 
 use chrono::Utc;
-use infradev::store::*;
+use infradev::service::store::*;
 
 async fn sqlite() -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use infradev::app::decide::{self, Decision, GradeReason, Known, PullState, Settings};
-use infradev::app::matching::AgentPolicy;
-use infradev::webhook::{Event, ParseError, PrAction, parse, sign, verify_signature};
+use infradev::service::app::decide::{self, Decision, GradeReason, Known, PullState, Settings};
+use infradev::service::app::matching::AgentPolicy;
+use infradev::service::webhook::{Event, ParseError, PrAction, parse, sign, verify_signature};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 
@@ -540,7 +540,7 @@ fn synthesized_variants() {
         parsed,
         Event::WorkflowRun {
             action: "in_progress".into(),
-            repo: infradev::webhook::Repo {
+            repo: infradev::service::webhook::Repo {
                 owner: "octo-org".into(),
                 name: "octo-repo".into(),
             },

@@ -4,7 +4,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = infradev::cli::Cli::parse();
-    infradev::logging::init(cli.log_format, cli.default_log_level());
+    infradev::cli::logging::init(cli.log_format, cli.default_log_level());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::from(infradev::exit::INFRA);
+            return std::process::ExitCode::from(infradev::cli::exit::INFRA);
         }
     };
     std::process::ExitCode::from(runtime.block_on(infradev::cli::run(cli)))

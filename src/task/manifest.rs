@@ -12,7 +12,7 @@ use super::error::ManifestError;
 use super::probes::{ProbeSet, load_probes};
 use super::reject::{RawReject, Reject, rejects};
 use crate::grading::Category;
-use crate::sandbox::broker::MAX_WORLD_SIZE;
+use crate::grade::sandbox::broker::MAX_WORLD_SIZE;
 
 /// A validated task, with its hidden probes.
 #[derive(Debug, Clone)]

@@ -6,8 +6,6 @@ mod power;
 mod probes;
 mod registry;
 mod reject;
-pub mod scaffold;
-pub mod table;
 
 pub use error::ManifestError;
 pub use manifest::{

@@ -96,7 +96,7 @@ struct RawPower {
 pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
     let file = task.dir.join(POWER_FILE);
     let default = PowerConfig {
-        threshold: crate::power::DEFAULT_THRESHOLD,
+        threshold: crate::suite::power::DEFAULT_THRESHOLD,
         equivalent: Vec::new(),
         out_of_scope: Vec::new(),
         only: Vec::new(),

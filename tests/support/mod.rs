@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use infradev::report::Report;
+use infradev::grade::report::Report;
 
 pub mod fake_github;
 pub mod payloads;
@@ -123,7 +123,7 @@ pub fn example_repo() -> &'static Path {
     static REPO: OnceLock<tempfile::TempDir> = OnceLock::new();
     REPO.get_or_init(|| {
         let dir = tempfile::tempdir().expect("temp dir");
-        infradev::demo::make_example_repo(&root(), &dir.path().join("minicache"))
+        infradev::cli::demo::make_example_repo(&root(), &dir.path().join("minicache"))
             .expect("make-repo.sh");
         dir
     })

@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use infradev::report::Report;
+use infradev::grade::report::Report;
 
 use super::{TASK, example_repo, probes_dir, root, task_dir};
 
@@ -426,7 +426,7 @@ fn docker_out(args: &[&str]) -> String {
 /// Every rendering of one grade, labelled: what the CLI wrote, and what the GitHub App and
 /// the Actions step render from the same report (pure functions of the report).
 pub fn renderings(run: &Run) -> Vec<(String, String)> {
-    use infradev::report::github;
+    use infradev::grade::report::github;
     let mut out = vec![
         ("summary (stdout)".to_owned(), run.stdout.clone()),
         ("stderr".to_owned(), run.stderr.clone()),
@@ -457,7 +457,7 @@ pub fn renderings(run: &Run) -> Vec<(String, String)> {
     ));
     let commands: String = github::step_annotations(report)
         .iter()
-        .map(infradev::action::workflow_command)
+        .map(infradev::cli::action::workflow_command)
         .collect();
     out.push(("workflow commands (Actions log)".into(), commands));
     out

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use infradev::app::service::{Service, Tuning};
-use infradev::config::{Secrets, ServerConfig};
-use infradev::github::RetryPolicy;
+use infradev::service::app::service::{Service, Tuning};
+use infradev::service::config::{Secrets, ServerConfig};
+use infradev::service::github::RetryPolicy;
 use secrecy::SecretString;
 use serde_json::Value;
 
@@ -475,14 +475,14 @@ pub fn free_port() -> u16 {
 
 impl World {
     /// Opens the story's store, for looking at what the service recorded.
-    pub async fn store(&self) -> infradev::store::Store {
-        infradev::store::Store::open(&self.store_url)
+    pub async fn store(&self) -> infradev::service::store::Store {
+        infradev::service::store::Store::open(&self.store_url)
             .await
             .expect("the store opens")
     }
 
     /// Every job of pull `number`, by id.
-    pub async fn jobs(&self, number: u64) -> Vec<infradev::store::Job> {
+    pub async fn jobs(&self, number: u64) -> Vec<infradev::service::store::Job> {
         let store = self.store().await;
         let jobs = store.jobs_for_pull(REPO_FULL, number).await.unwrap();
         store.close().await;
@@ -490,9 +490,9 @@ impl World {
     }
 
     /// Every result posted for job `id`.
-    pub async fn results(&self, id: i64) -> Vec<infradev::store::JobResult> {
+    pub async fn results(&self, id: i64) -> Vec<infradev::service::store::JobResult> {
         let store = self.store().await;
-        let results = store.job_results(infradev::store::JobId(id)).await.unwrap();
+        let results = store.job_results(infradev::service::store::JobId(id)).await.unwrap();
         store.close().await;
         results
     }
@@ -527,7 +527,7 @@ impl World {
     }
 
     /// The store's record of pull `number` of the story's repository.
-    pub async fn stored_pull(&self, number: u64) -> infradev::store::Pull {
+    pub async fn stored_pull(&self, number: u64) -> infradev::service::store::Pull {
         let store = self.store().await;
         let pull = store.get_pull(REPO_FULL, number).await.unwrap();
         store.close().await;

@@ -112,8 +112,8 @@ impl FakeGitHub {
     }
 
     /// Our real GitHub client, pointed at this fake.
-    pub fn app(&self) -> infradev::github::GitHubApp {
-        infradev::github::GitHubApp::new(&self.url(), APP_ID, &self.private_key_pem())
+    pub fn app(&self) -> infradev::service::github::GitHubApp {
+        infradev::service::github::GitHubApp::new(&self.url(), APP_ID, &self.private_key_pem())
             .expect("GitHubApp against the fake")
     }
 

@@ -1,0 +1,504 @@
+//! The durable outbox of GitHub writes. Every report (check-run changes, the sticky comment,
+//! replies) is first committed as a row, in the same transaction as the state change it
+//! reports, then delivered here with retries. Deliveries are idempotent — check runs are found
+//! again by `external_id`, the sticky comment by its marker — so after retries and restarts
+//! there is exactly one check run and one final conclusion per job, and one comment per PR.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+
+use crate::service::config::OutboxConfig;
+use crate::service::github::{
+    Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunUpdate,
+    Conclusion, GitHubApp, GitHubError, RepoClient, Retry, RetryPolicy, Status,
+};
+use crate::grading::Verdict;
+use crate::grade::report::Report;
+use crate::grade::report::github as render;
+use crate::service::store::{Job, JobId, NewOutbox, OutboxRow, Store};
+
+/// One GitHub write to make. Stored as the row's kind and JSON payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Message {
+    /// Create the job's check run as queued (or find it again by external id).
+    CheckQueued {
+        job_id: i64,
+    },
+    CheckInProgress {
+        job_id: i64,
+    },
+    /// Complete the check run from the job's stored result.
+    CheckCompleted {
+        job_id: i64,
+    },
+    /// Write the job's result into the PR's sticky comment. A row of its own, after
+    /// `CheckCompleted`, so that a failed comment never sends the conclusion twice.
+    StickyComment {
+        job_id: i64,
+    },
+    /// The job was cancelled (a newer push, the PR closed, `/infradev cancel`).
+    CheckCancelled {
+        job_id: i64,
+        superseded_by: Option<String>,
+    },
+    /// An agent PR that names no task: one neutral check saying how to name one.
+    CheckNoTask {
+        repo: String,
+        installation_id: u64,
+        number: u64,
+        head_sha: String,
+        known_tasks: Vec<String>,
+    },
+    /// A human's PR that names a task: one neutral check saying it waits for a maintainer's
+    /// `/infradev grade`.
+    CheckWaiting {
+        repo: String,
+        installation_id: u64,
+        number: u64,
+        head_sha: String,
+    },
+    /// A reaction to a comment (an accepted command).
+    React {
+        repo: String,
+        installation_id: u64,
+        comment_id: u64,
+        content: String,
+    },
+    /// A short reply to a comment.
+    Reply {
+        repo: String,
+        installation_id: u64,
+        number: u64,
+        body: String,
+    },
+}
+
+impl Message {
+    pub fn job_id(&self) -> Option<JobId> {
+        match self {
+            Message::CheckQueued { job_id }
+            | Message::CheckInProgress { job_id }
+            | Message::CheckCompleted { job_id }
+            | Message::StickyComment { job_id }
+            | Message::CheckCancelled { job_id, .. } => Some(JobId(*job_id)),
+            _ => None,
+        }
+    }
+
+    pub fn to_row(&self) -> NewOutbox {
+        let payload = serde_json::to_value(self).unwrap_or_default();
+        let kind = payload
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("unknown")
+            .to_owned();
+        NewOutbox {
+            job_id: self.job_id(),
+            kind,
+            payload,
+        }
+    }
+}
+
+/// Delivers due outbox rows.
+pub struct Outbox {
+    pub store: Store,
+    pub github: Arc<GitHubApp>,
+    pub config: OutboxConfig,
+    pub retry: RetryPolicy,
+    /// `[web] public_url`: each job's check run links to `<public_url>/grades/<job id>`.
+    pub public_url: Option<String>,
+}
+
+/// How one delivery attempt ended.
+enum Attempt {
+    Done,
+    /// Not yet possible (an earlier step of the same job is missing): try again soon.
+    NotYet(String),
+    Failed(anyhow::Error, Retry),
+}
+
+impl Outbox {
+    /// Delivers every due row once; returns how many were completed. Rows of one job are
+    /// delivered in order: after a failure, the job's later rows wait for the next pass.
+    pub async fn deliver_due(&self) -> anyhow::Result<usize> {
+        let rows = self.store.due_outbox(Utc::now(), 100).await?;
+        let mut blocked: Vec<JobId> = Vec::new();
+        let mut done = 0;
+        for row in rows {
+            if row.job_id.is_some_and(|j| blocked.contains(&j)) {
+                continue;
+            }
+            match self.attempt(&row).await {
+                Attempt::Done => {
+                    self.store.complete_outbox(row.id).await?;
+                    done += 1;
+                }
+                other => {
+                    if let Some(job) = row.job_id {
+                        blocked.push(job);
+                    }
+                    self.reschedule(&row, other).await?;
+                }
+            }
+        }
+        metrics::gauge!("infradev_outbox_pending")
+            .set(self.store.pending_outbox_count().await? as f64);
+        Ok(done)
+    }
+
+    async fn reschedule(&self, row: &OutboxRow, attempt: Attempt) -> anyhow::Result<()> {
+        let attempts = row.attempts + 1;
+        let (error, wait) = match attempt {
+            Attempt::Done => return Ok(()),
+            Attempt::NotYet(why) => (why, Some(self.backoff(0))),
+            Attempt::Failed(e, Retry::After(d)) => {
+                (format!("{e:#}"), Some(d.max(self.backoff(attempts))))
+            }
+            Attempt::Failed(e, Retry::Never) => (format!("{e:#}"), None),
+        };
+        match wait {
+            Some(wait) if attempts < self.config.max_attempts => {
+                tracing::warn!(row = %row.id, kind = %row.kind, attempts, wait_ms = wait.as_millis() as u64, error = %error, "GitHub write failed; will retry");
+                let next = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+                self.store.retry_outbox(row.id, next, &error).await?;
+            }
+            _ => {
+                tracing::error!(row = %row.id, kind = %row.kind, attempts, error = %error, "GitHub write given up");
+                metrics::counter!("infradev_outbox_dead_total").increment(1);
+                self.store.dead_outbox(row.id, &error).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn backoff(&self, attempts: u32) -> Duration {
+        let min = Duration::from_millis(self.config.min_backoff_ms);
+        let raw = min.saturating_mul(1u32 << attempts.min(16));
+        raw.min(Duration::from_secs(self.config.max_backoff_s))
+    }
+
+    async fn attempt(&self, row: &OutboxRow) -> Attempt {
+        let message: Message = match serde_json::from_value(row.payload.clone()) {
+            Ok(m) => m,
+            Err(e) => {
+                return Attempt::Failed(
+                    anyhow::anyhow!("unreadable outbox row: {e}"),
+                    Retry::Never,
+                );
+            }
+        };
+        match self.deliver(&message).await {
+            Ok(Some(why)) => Attempt::NotYet(why),
+            Ok(None) => Attempt::Done,
+            Err(e) => {
+                let retry = e
+                    .downcast_ref::<GitHubError>()
+                    .map_or(Retry::After(self.backoff(row.attempts)), |g| {
+                        g.retry_with(&self.retry)
+                    });
+                Attempt::Failed(e, retry)
+            }
+        }
+    }
+
+    /// `Ok(Some(why))` when the message cannot be delivered yet.
+    async fn deliver(&self, message: &Message) -> anyhow::Result<Option<String>> {
+        match message {
+            Message::CheckQueued { job_id } => {
+                let job = self.job(*job_id).await?;
+                if job.check_run_id.is_some() {
+                    return Ok(None);
+                }
+                let client = self.client(&job.repo, job.installation_id).await?;
+                let external_id = job.id.to_string();
+                let found = client
+                    .find_check_run_by_external_id(&job.head_sha, render::CHECK_NAME, &external_id)
+                    .await?;
+                let id = match found {
+                    Some(id) => id,
+                    None => {
+                        let mut run = CheckRunCreate::queued(render::CHECK_NAME, &job.head_sha);
+                        run.external_id = Some(external_id);
+                        run.details_url = self
+                            .public_url
+                            .as_ref()
+                            .map(|u| format!("{u}/grades/{}", job.id));
+                        run.output = Some(convert(render::queued_output()));
+                        client.create_check_run(&run).await?
+                    }
+                };
+                self.store.set_check_run_id(job.id, id).await?;
+                Ok(None)
+            }
+            Message::CheckInProgress { job_id } => {
+                let job = self.job(*job_id).await?;
+                let Some(check) = job.check_run_id else {
+                    return Ok(Some("the check run is not created yet".into()));
+                };
+                let update = CheckRunUpdate {
+                    status: Some(Status::InProgress),
+                    started_at: Some(Utc::now()),
+                    output: Some(convert(render::in_progress_output())),
+                    ..Default::default()
+                };
+                self.client(&job.repo, job.installation_id)
+                    .await?
+                    .update_check_run(check, &update)
+                    .await?;
+                Ok(None)
+            }
+            Message::CheckCompleted { job_id } => {
+                let job = self.job(*job_id).await?;
+                let Some(check) = job.check_run_id else {
+                    return Ok(Some("the check run is not created yet".into()));
+                };
+                let (conclusion, output, _) = completed_output(&job)?;
+                let update = CheckRunUpdate {
+                    conclusion: Some(conclusion),
+                    completed_at: Some(Utc::now()),
+                    output: Some(output),
+                    actions: Some(vec![regrade_action()]),
+                    ..Default::default()
+                };
+                self.client(&job.repo, job.installation_id)
+                    .await?
+                    .update_check_run(check, &update)
+                    .await?;
+                Ok(None)
+            }
+            Message::StickyComment { job_id } => {
+                let job = self.job(*job_id).await?;
+                let (_, _, report) = completed_output(&job)?;
+                let body =
+                    render::sticky_comment(&job.head_sha, report.as_ref(), &status_line(&job), &[]);
+                let client = self.client(&job.repo, job.installation_id).await?;
+                self.upsert_sticky(&client, &job.repo, job.number, &body)
+                    .await?;
+                Ok(None)
+            }
+            Message::CheckCancelled {
+                job_id,
+                superseded_by,
+            } => {
+                let job = self.job(*job_id).await?;
+                let Some(check) = job.check_run_id else {
+                    return Ok(None);
+                }; // Never shown: nothing to cancel.
+                let update = CheckRunUpdate {
+                    conclusion: Some(Conclusion::Cancelled),
+                    completed_at: Some(Utc::now()),
+                    output: Some(convert(match superseded_by {
+                        Some(sha) => render::cancelled_output(sha),
+                        None => render::withdrawn_output(),
+                    })),
+                    ..Default::default()
+                };
+                self.client(&job.repo, job.installation_id)
+                    .await?
+                    .update_check_run(check, &update)
+                    .await?;
+                Ok(None)
+            }
+            Message::CheckNoTask {
+                repo,
+                installation_id,
+                number,
+                head_sha,
+                known_tasks,
+            } => {
+                let client = self.client(repo, *installation_id).await?;
+                let external_id = format!("no-task:{number}");
+                if client
+                    .find_check_run_by_external_id(head_sha, render::CHECK_NAME, &external_id)
+                    .await?
+                    .is_some()
+                {
+                    return Ok(None);
+                }
+                let known: Vec<&str> = known_tasks.iter().map(String::as_str).collect();
+                let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
+                run.external_id = Some(external_id);
+                run.status = Status::Completed;
+                run.conclusion = Some(Conclusion::Neutral);
+                run.completed_at = Some(Utc::now());
+                run.output = Some(convert(render::no_task_output(*number, &known)));
+                client.create_check_run(&run).await?;
+                Ok(None)
+            }
+            Message::Reply {
+                repo,
+                installation_id,
+                number,
+                body,
+            } => {
+                self.client(repo, *installation_id)
+                    .await?
+                    .create_comment(*number, body)
+                    .await?;
+                Ok(None)
+            }
+            Message::CheckWaiting {
+                repo,
+                installation_id,
+                number,
+                head_sha,
+            } => {
+                let client = self.client(repo, *installation_id).await?;
+                let external_id = format!("waiting:{number}");
+                if client
+                    .find_check_run_by_external_id(head_sha, render::CHECK_NAME, &external_id)
+                    .await?
+                    .is_some()
+                {
+                    return Ok(None);
+                }
+                let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
+                run.external_id = Some(external_id);
+                run.status = Status::Completed;
+                run.conclusion = Some(Conclusion::Neutral);
+                run.completed_at = Some(Utc::now());
+                run.output = Some(convert(render::waiting_output(*number)));
+                client.create_check_run(&run).await?;
+                Ok(None)
+            }
+            Message::React {
+                repo,
+                installation_id,
+                comment_id,
+                content,
+            } => {
+                self.client(repo, *installation_id)
+                    .await?
+                    .react_to_comment(*comment_id, content)
+                    .await?;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn upsert_sticky(
+        &self,
+        client: &RepoClient,
+        repo: &str,
+        number: u64,
+        body: &str,
+    ) -> anyhow::Result<()> {
+        let known = self
+            .store
+            .get_pull(repo, number)
+            .await?
+            .and_then(|p| p.sticky_comment_id);
+        let existing = match known {
+            Some(id) => Some(id),
+            None => {
+                client
+                    .find_comment_with_marker(number, render::STICKY_MARKER)
+                    .await?
+            }
+        };
+        let id = match existing {
+            Some(id) => match client.update_comment(id, body).await {
+                Ok(()) => id,
+                // Deleted by someone: post it again.
+                Err(e) if e.is_not_found() => client.create_comment(number, body).await?,
+                Err(e) => return Err(e.into()),
+            },
+            None => client.create_comment(number, body).await?,
+        };
+        self.store
+            .set_sticky_comment_id(repo, number, Some(id))
+            .await?;
+        Ok(())
+    }
+
+    async fn job(&self, id: i64) -> anyhow::Result<Job> {
+        self.store
+            .get_job(JobId(id))
+            .await?
+            .with_context(|| format!("job {id} is not in the store"))
+    }
+
+    async fn client(&self, repo: &str, installation_id: u64) -> anyhow::Result<RepoClient> {
+        let (owner, name) = repo
+            .split_once('/')
+            .with_context(|| format!("`{repo}` is not owner/name"))?;
+        Ok(self.github.client(installation_id, owner, name).await?)
+    }
+}
+
+fn regrade_action() -> CheckAction {
+    CheckAction {
+        label: "Re-grade".into(),
+        description: "Grade this head again".into(),
+        identifier: render::REGRADE_ACTION.into(),
+    }
+}
+
+fn status_line(job: &Job) -> String {
+    match job.verdict.as_deref() {
+        Some(v) => format!(
+            "graded head {} ({v})",
+            &job.head_sha[..job.head_sha.len().min(12)]
+        ),
+        None => format!("head {}", &job.head_sha[..job.head_sha.len().min(12)]),
+    }
+}
+
+/// The completed check of a finished job: from its report, or, when the grade could not run,
+/// a neutral infra check with the reason (never blamed on the agent).
+fn completed_output(job: &Job) -> anyhow::Result<(Conclusion, CheckOutput, Option<Report>)> {
+    if let Some(json) = &job.result_json {
+        let report: Report =
+            serde_json::from_str(json).context("the stored report is unreadable")?;
+        let conclusion = match report.grade.verdict {
+            Verdict::Resolved => Conclusion::Success,
+            Verdict::Unresolved | Verdict::Tampered => Conclusion::Failure,
+            Verdict::Error => Conclusion::Neutral,
+        };
+        return Ok((
+            conclusion,
+            convert(render::with_commands(render::check_run_output(&report))),
+            Some(report),
+        ));
+    }
+    let why = job
+        .error
+        .clone()
+        .unwrap_or_else(|| "the grade did not produce a report".into());
+    Ok((
+        Conclusion::Neutral,
+        convert(render::with_commands(render::infra_output(&why))),
+        None,
+    ))
+}
+
+/// From the renderer's plain output to the client's request type.
+pub(crate) fn convert(output: render::CheckOutput) -> CheckOutput {
+    CheckOutput {
+        title: output.title,
+        summary: output.summary,
+        text: output.text,
+        annotations: output
+            .annotations
+            .into_iter()
+            .map(|a| Annotation {
+                path: a.path,
+                start_line: a.start_line,
+                end_line: a.end_line,
+                level: match a.level {
+                    render::AnnotationLevel::Notice => AnnotationLevel::Notice,
+                    render::AnnotationLevel::Warning => AnnotationLevel::Warning,
+                    render::AnnotationLevel::Failure => AnnotationLevel::Failure,
+                },
+                message: a.message,
+                title: Some(a.title).filter(|t| !t.is_empty()),
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,239 @@
+//! Grades claimed jobs: fetch the PR head into a local mirror with the installation token, run
+//! the one grading flow (`grade::grade_submission`) in the sandbox, and commit the result with
+//! the reports to send, atomically. The lease is renewed while the grade runs; a worker that
+//! dies lets its lease lapse and another (or the restarted server) resumes the job.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::Notify;
+
+use super::drain::Drain;
+use super::mirror::Mirrors;
+use super::outbox::Message;
+use crate::service::github::GitHubApp;
+use crate::grade::{ExecutorChoice, GradeError, GradeRequest, grade_submission};
+use crate::grade::report::Report;
+use crate::service::store::{Job, Store};
+use crate::task::Registry;
+
+/// How often a running grade checks that its job is still wanted (and renews its lease).
+const CANCEL_CHECK: Duration = Duration::from_secs(5);
+
+/// Claims of one job before an infrastructure fault is reported instead of retried.
+const INFRA_ATTEMPTS: u32 = 2;
+
+/// Why a grade failed on our side (Docker, a lost fetch), if it did: such a grade is retried.
+fn infra_fault(graded: &Result<Report, String>) -> Option<String> {
+    match graded {
+        Ok(report) if report.grade.verdict == crate::grading::Verdict::Error => {
+            Some(report.grade.reason.clone())
+        }
+        Ok(_) => None,
+        Err(e) if e.starts_with("task error") => None,
+        Err(e) => Some(e.clone()),
+    }
+}
+
+pub struct Worker {
+    pub store: Store,
+    pub github: Arc<GitHubApp>,
+    pub mirrors: Arc<Mirrors>,
+    /// tasks/, probes/ and runners/.
+    pub root: PathBuf,
+    /// The web URL repositories are cloned from (`https://github.com/`).
+    pub web_url: String,
+    pub executor: ExecutorChoice,
+    /// Reruns of a failing test or probe unless the task sets its own (`[worker] retries`).
+    pub retries: u32,
+    pub lease: Duration,
+    /// This worker's lease owner name (host, process, slot).
+    pub owner: String,
+    pub wake_outbox: Arc<Notify>,
+    /// Whether the server is stopping (claim nothing, hand running jobs back past the grace).
+    pub drain: Drain,
+}
+
+impl Worker {
+    /// Claims and grades one job; returns whether there was one (never while stopping).
+    pub async fn run_once(&self) -> anyhow::Result<bool> {
+        if self.drain.stopping() {
+            return Ok(false);
+        }
+        let Some(job) = self.store.claim_job(&self.owner, self.lease).await? else {
+            return Ok(false);
+        };
+        let span = tracing::info_span!("job", id = %job.id, repo = %job.repo, pr = job.number, head = %job.head_sha);
+        let _guard = span.enter();
+        if let Some(head) = self.superseded_by(&job).await {
+            // A push we never heard of (or heard of late): the PR's head is not this one.
+            let mut tx = self.store.begin().await?;
+            if tx.cancel_job(job.id).await?.is_some() {
+                let cancelled = Message::CheckCancelled {
+                    job_id: job.id.0,
+                    superseded_by: Some(head.clone()),
+                };
+                tx.push_outbox(&cancelled.to_row()).await?;
+            }
+            tx.commit().await?;
+            self.wake_outbox.notify_one();
+            tracing::info!(%head, "superseded: the pull request's head moved on");
+            return Ok(true);
+        }
+        self.store
+            .push_outbox(&Message::CheckInProgress { job_id: job.id.0 }.to_row())
+            .await?;
+        self.wake_outbox.notify_one();
+
+        let graded = {
+            let grade = self.grade(&job);
+            tokio::pin!(grade);
+            // Renewing also tells whether the job was cancelled (a newer push, the PR closed):
+            // often enough that a superseded grade stops within seconds, not a lease third.
+            let mut renew = tokio::time::interval((self.lease / 3).min(CANCEL_CHECK));
+            renew.tick().await;
+            loop {
+                tokio::select! {
+                    result = &mut grade => break result,
+                    _ = self.drain.hand_back() => {
+                        // The server is stopping and the grace is over: the job goes back to
+                        // the queue untouched, for the next start or another server.
+                        if self.store.hand_back_job(job.id, &self.owner).await? {
+                            self.drain.note_requeued();
+                            tracing::info!("server stopping: the job goes back to the queue");
+                        }
+                        return Ok(false);
+                    }
+                    _ = renew.tick() => {
+                        if !self.store.renew_lease(job.id, &self.owner, self.lease).await.unwrap_or(false) {
+                            tracing::info!("lease lost or job cancelled: abandoning the grade");
+                            return Ok(true);
+                        }
+                    }
+                }
+            }
+        };
+        if let Some(fault) = infra_fault(&graded)
+            && job.attempts < INFRA_ATTEMPTS
+            && self
+                .store
+                .release_job(job.id, &self.owner, Some(&fault))
+                .await?
+        {
+            // Ours, not the agent's: try once more before reporting a neutral check.
+            tracing::warn!(%fault, attempt = job.attempts, "infrastructure fault: the job goes back to the queue");
+            return Ok(true);
+        }
+        let mut tx = self.store.begin().await?;
+        let applied = match &graded {
+            Ok(report) => {
+                let verdict = format!("{:?}", report.grade.verdict).to_lowercase();
+                let json = serde_json::to_string(report)?;
+                tx.finish_job(job.id, &self.owner, &verdict, &json).await?
+            }
+            Err(error) => tx.fail_job(job.id, &self.owner, error).await?,
+        };
+        if applied {
+            tx.push_outbox(&Message::CheckCompleted { job_id: job.id.0 }.to_row())
+                .await?;
+            tx.push_outbox(&Message::StickyComment { job_id: job.id.0 }.to_row())
+                .await?;
+        }
+        tx.commit().await?;
+        self.wake_outbox.notify_one();
+        if applied {
+            self.drain.note_finished();
+        }
+        match graded {
+            Ok(report) => tracing::info!(verdict = ?report.grade.verdict, applied, "graded"),
+            Err(error) => tracing::warn!(%error, applied, "the grade could not run"),
+        }
+        Ok(true)
+    }
+
+    /// The PR's head, when it is no longer the job's (read from the API; `None` when it cannot
+    /// be read: the fetch then reports why).
+    async fn superseded_by(&self, job: &Job) -> Option<String> {
+        let (owner, name) = job.repo.split_once('/')?;
+        let client = self
+            .github
+            .client(job.installation_id, owner, name)
+            .await
+            .ok()?;
+        let pull = client.pull_request(job.number).await.ok()?;
+        (pull.head_sha != job.head_sha).then_some(pull.head_sha)
+    }
+
+    /// The report, or why the grade could not run (reported as a neutral infra check).
+    async fn grade(&self, job: &Job) -> Result<Report, String> {
+        let task = Registry::resolve(&self.root, &job.task_id, None)
+            .map_err(|e| format!("task error: {e}"))?;
+        let mirror = self
+            .fetch(job, &task.base_commit, &task.reference_commit)
+            .await
+            .map_err(|e| format!("cannot fetch the pull request: {e:#}"))?;
+        let request = GradeRequest {
+            task,
+            repo: mirror,
+            head: job.head_sha.clone(),
+            lib: self.root.join("runners/python"),
+            executor: self.executor.clone(),
+            keep_workdir: false,
+            retries: self.retries,
+        };
+        match grade_submission(&request, &|_| {}).await {
+            Ok(report) => Ok(report),
+            Err(GradeError::Task(e) | GradeError::Usage(e)) => Err(format!("task error: {e:#}")),
+            Err(GradeError::Infra(e)) => Err(format!("infrastructure error: {e:#}")),
+        }
+    }
+
+    async fn fetch(&self, job: &Job, base: &str, reference: &str) -> anyhow::Result<PathBuf> {
+        fetch_submission(
+            &self.github,
+            &self.mirrors,
+            &self.web_url,
+            job,
+            base,
+            reference,
+        )
+        .await
+    }
+}
+
+/// Fetches a job's head from the PR's head repository and the task's commits from the
+/// repository the App is installed on, into one mirror; returns the mirror.
+pub(crate) async fn fetch_submission(
+    github: &GitHubApp,
+    mirrors: &Arc<Mirrors>,
+    web_url: &str,
+    job: &Job,
+    base: &str,
+    reference: &str,
+) -> anyhow::Result<PathBuf> {
+    let (owner, name) = job
+        .repo
+        .split_once('/')
+        .context("repository is not owner/name")?;
+    let client = github.client(job.installation_id, owner, name).await?;
+    let pull = client.pull_request(job.number).await?;
+    let head_url = pull
+        .head_clone_url
+        .context("the head repository was deleted")?;
+    let token = github.installation_token(job.installation_id).await?;
+    let base_url = format!("{web_url}{}.git", job.repo);
+    let mirrors = mirrors.clone();
+    let (repo, head) = (job.repo.clone(), job.head_sha.clone());
+    let (base, reference) = (base.to_owned(), reference.to_owned());
+    tokio::task::spawn_blocking(move || {
+        // The task's commits first: a missing one is reported by the grade, not here.
+        if let Err(e) = mirrors.fetch(&repo, &base_url, Some(&token), &[&base, &reference]) {
+            tracing::warn!(error = %format!("{e:#}"), "cannot fetch the task's base and reference commits");
+        }
+        mirrors.fetch(&repo, &head_url, Some(&token), &[&head])
+    })
+    .await
+    .context("the fetch task panicked")?
+}
