@@ -46,7 +46,10 @@ fn tasks_power_grades_mutants_and_variants_of_the_example_end_to_end() {
     let p = &v["power"];
 
     let files = infradev::suite::power::run::read_probe_files(&support::probes_dir()).unwrap();
-    assert_eq!(p["probes_digest"], infradev::suite::power::probes_digest(&files));
+    assert_eq!(
+        p["probes_digest"],
+        infradev::suite::power::probes_digest(&files)
+    );
     assert_eq!(p["cap_per_operator"], 1);
     assert_eq!(p["seeds"], serde_json::json!([0, 1]));
     for op in p["operators"].as_array().unwrap() {

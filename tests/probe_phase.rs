@@ -7,8 +7,8 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use infradev::grading::{BudgetKind, Category, Kill, Outcome, Verdict};
 use infradev::grade::report::Report;
+use infradev::grading::{BudgetKind, Category, Kill, Outcome, Verdict};
 use support::{docker_ready, example_repo, local_python_ready, root, task_dir};
 
 fn grade(executor: &str) -> (Report, Duration, String) {

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use infradev::grading::{BudgetKind, Category, Kill, Outcome};
 use infradev::grade::report::Report;
+use infradev::grading::{BudgetKind, Category, Kill, Outcome};
 use support::{copy_dir, docker_ready, example_repo, local_python_ready, root, task_dir};
 
 /// A copy of the example repository with two more branches: `ranks/honest` (one exchange)

@@ -257,7 +257,8 @@ fn a_run_grades_every_submission_and_reports_the_figures() {
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
         String::from_utf8(o.stdout).unwrap()
     };
-    let json: infradev::analysis::stats::Stats = serde_json::from_str(&stats(&["--format", "json"])).unwrap();
+    let json: infradev::analysis::stats::Stats =
+        serde_json::from_str(&stats(&["--format", "json"])).unwrap();
     assert_eq!(json, r.stats);
     let csv = stats(&["--format", "csv", "--table", "agents"]);
     let beta_row = format!(

@@ -825,7 +825,11 @@ async fn an_unreachable_controller_delays_the_grade_without_blame(backend: Backe
             .first()
             .is_some_and(|j| j.attempts >= 1 && j.error.is_some())
         {
-            assert_eq!(jobs[0].state, infradev::service::store::JobState::Queued, "{jobs:?}");
+            assert_eq!(
+                jobs[0].state,
+                infradev::service::store::JobState::Queued,
+                "{jobs:?}"
+            );
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(60), "{jobs:?}");

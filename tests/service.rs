@@ -363,7 +363,9 @@ async fn bad_signatures_and_duplicates_change_nothing(backend: Backend) {
         .await,
         400
     );
-    let store = infradev::service::store::Store::open(&w.store_url).await.unwrap();
+    let store = infradev::service::store::Store::open(&w.store_url)
+        .await
+        .unwrap();
     assert!(
         store.get_delivery("dup-1").await.unwrap().is_none(),
         "nothing stored for a bad request"
@@ -613,7 +615,9 @@ async fn an_infrastructure_fault_is_retried_then_reported_neutral(backend: Backe
         "never failure: {:?}",
         run.title
     );
-    let store = infradev::service::store::Store::open(&w.store_url).await.unwrap();
+    let store = infradev::service::store::Store::open(&w.store_url)
+        .await
+        .unwrap();
     let jobs = store.jobs_for_pull(REPO_FULL, 11).await.unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].attempts, 2, "retried once before reporting");
@@ -701,7 +705,11 @@ async fn a_stopping_server_hands_grades_past_the_grace_back_to_the_queue(backend
     assert_eq!((summary.finished, summary.requeued), (0, 1), "{summary:?}");
     let jobs = w.jobs(8).await;
     assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].state, infradev::service::store::JobState::Queued, "{jobs:?}");
+    assert_eq!(
+        jobs[0].state,
+        infradev::service::store::JobState::Queued,
+        "{jobs:?}"
+    );
     assert_eq!(jobs[0].lease_owner, None, "the lease is released at once");
     assert_eq!(jobs[0].attempts, 0, "a hand-back is not an attempt");
     // Never lost: the next start grades it, on the same check run.

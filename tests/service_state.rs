@@ -318,14 +318,20 @@ async fn refused_deliveries_are_recorded_and_never_redelivered(backend: Backend)
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(logged.status, 401);
-    assert_eq!(logged.source, infradev::service::store::RefusalSource::GitHubLog);
+    assert_eq!(
+        logged.source,
+        infradev::service::store::RefusalSource::GitHubLog
+    );
     let intake = store
         .get_refused_delivery(&refused.guid)
         .await
         .unwrap()
         .expect("the intake's refusal is recorded");
     assert_eq!(intake.status, 400);
-    assert_eq!(intake.source, infradev::service::store::RefusalSource::Intake);
+    assert_eq!(
+        intake.source,
+        infradev::service::store::RefusalSource::Intake
+    );
     assert!(
         intake.reason.contains("pull_request") && intake.reason.contains("head"),
         "the reason says what is wrong: {}",

@@ -303,7 +303,8 @@ fn a_skill_exported_from_real_grades_carries_their_statistics_and_no_probe() {
         format!("sha256:{}", hex::encode(Sha256::digest(listing.as_bytes())))
     );
     assert_eq!(p["inputs"]["summaries"], 1, "report.json left out");
-    let stats: infradev::analysis::stats::Stats = serde_json::from_value(p["stats"].clone()).unwrap();
+    let stats: infradev::analysis::stats::Stats =
+        serde_json::from_value(p["stats"].clone()).unwrap();
     assert_eq!(stats, report.stats);
     assert_eq!(
         p["files"]["SKILL.md"],

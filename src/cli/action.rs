@@ -18,17 +18,18 @@ use chrono::Utc;
 use clap::ValueEnum;
 use secrecy::SecretString;
 
-use crate::service::app::matching::{TaskMatch, match_task};
-use crate::service::app::outbox::convert;
-use crate::cli::{CliError, SandboxArgs, grade_with_progress};
+use crate::cli::common::{CliError, SandboxArgs};
 use crate::cli::exit;
-use crate::service::github::{CheckRunCreate, Conclusion, GitHubError, RepoClient, Status};
+use crate::cli::grade::grade_with_progress;
 use crate::grade::GradeRequest;
-use crate::grading::{Category, Verdict};
 use crate::grade::report::github::{self as render, AnnotationLevel, StepAnnotation};
 use crate::grade::report::{Report, render_json};
-use crate::task::{Gpus, Registry, Task};
+use crate::grading::{Category, Verdict};
+use crate::service::app::matching::{TaskMatch, match_task};
+use crate::service::app::outbox::convert;
+use crate::service::github::{CheckRunCreate, Conclusion, GitHubError, RepoClient, Status};
 use crate::service::webhook::{Event, PullRequest, Repo};
+use crate::task::{Gpus, Registry, Task};
 
 /// The only event the step grades.
 const PULL_REQUEST: &str = "pull_request";
@@ -202,7 +203,7 @@ pub async fn run_with(root: &Path, args: ActionArgs, env: &ActionEnv) -> u8 {
     let (verdict, natural) = match &found {
         Found::Graded(report) => (
             report.grade.verdict.as_str(),
-            crate::cli::exit_code(report.grade.verdict),
+            crate::cli::grade::exit_code(report.grade.verdict),
         ),
         Found::NotATask { .. } => ("not-a-task", exit::RESOLVED),
         Found::Failed { code, .. } => ("error", *code),

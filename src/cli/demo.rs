@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use crate::cli::{CliError, grade_with_progress};
+use crate::cli::common::CliError;
 use crate::cli::exit;
+use crate::cli::grade::grade_with_progress;
+use crate::grade::report::{Report, render_summary};
 use crate::grade::{ExecutorChoice, GradeRequest};
 use crate::grading::{Expectation, Verdict};
-use crate::grade::report::{Report, render_summary};
 use crate::task::Registry;
 
 /// The example task the demo grades.

@@ -2,16 +2,44 @@
 //! single grade on a terminal shares (`demo`, `action`).
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::cli::{CliError, GradeArgs};
+use crate::cli::common::{CliError, SandboxArgs};
 use crate::cli::exit;
+use crate::grade::report::{Report, render_json, render_junit, render_summary};
 use crate::grade::{GradeRequest, Progress, grade_submission};
 use crate::grading::Verdict;
-use crate::grade::report::{Report, render_json, render_junit, render_summary};
 use crate::task::Registry;
+
+#[derive(Debug, clap::Args)]
+pub struct GradeArgs {
+    /// A task id, or the directory holding its task.toml.
+    #[arg(long)]
+    pub task: String,
+    /// The submission's git repository; it is never modified.
+    #[arg(long)]
+    pub repo: PathBuf,
+    /// The revision to grade.
+    #[arg(long, default_value = "HEAD")]
+    pub head: String,
+    /// The task's probe directory, when not `<root>/probes/<task-id>`.
+    #[arg(long)]
+    pub probes: Option<PathBuf>,
+    /// Write the report as JSON (docs/grade-json.md); `-` writes it to standard output and
+    /// the summary to standard error.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the report as JUnit XML.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Keep the private work dir for debugging.
+    #[arg(long)]
+    pub keep_workdir: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
 
 pub fn exit_code(verdict: Verdict) -> u8 {
     match verdict {

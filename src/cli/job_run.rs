@@ -10,10 +10,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::service::backend::ResultBody;
-use crate::cli::SandboxArgs;
+use crate::cli::common::SandboxArgs;
 use crate::cli::exit;
 use crate::grade::{ExecutorChoice, GradeError, GradeRequest, grade_submission};
+use crate::service::backend::ResultBody;
 use crate::task::Registry;
 
 #[derive(Debug, clap::Args)]

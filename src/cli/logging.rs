@@ -20,20 +20,10 @@ pub enum LogFormat {
     Json,
 }
 
-static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether logs are JSON lines: then nothing else may write free text to standard error.
-pub fn json() -> bool {
-    JSON.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// Installs the global subscriber, writing to standard error; `default_level` applies when
 /// `INFRADEV_LOG` is not set.
 pub fn init(format: LogFormat, default_level: &str) {
-    JSON.store(
-        format == LogFormat::Json,
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    crate::grade::terminal::set_json_logs(format == LogFormat::Json);
     // octocrab logs each failed request itself; our callers log the same fault with its
     // context, so by default only theirs is written (one line per fault).
     let filter = EnvFilter::try_from_env("INFRADEV_LOG")

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use crate::cli::{CliError, SandboxArgs};
-use crate::cli::exit;
 use crate::analysis::run::{RunError, RunOptions, report::render_report_summary, run};
+use crate::cli::common::{CliError, SandboxArgs};
+use crate::cli::exit;
 
 /// Grade many submissions as one benchmark run and write its report.
 ///

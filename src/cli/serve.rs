@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::CliError;
+use crate::cli::common::CliError;
 use crate::cli::exit;
 use crate::cli::logging::LogFormat;
 
@@ -23,9 +23,10 @@ pub async fn serve(path: &Path, log_format: LogFormat) -> Result<u8, CliError> {
     // after that line must get a drain, not the default action (killed by the signal).
     let mut terminate = signal(SignalKind::terminate())
         .map_err(|e| infra(anyhow::anyhow!("cannot watch for SIGTERM: {e}")))?;
-    let mut service = crate::service::app::service::Service::start(config, secrets, Default::default())
-        .await
-        .map_err(infra)?;
+    let mut service =
+        crate::service::app::service::Service::start(config, secrets, Default::default())
+            .await
+            .map_err(infra)?;
     // In JSON, every line is an object: the service logs its address itself ("serving").
     if log_format == LogFormat::Text {
         eprintln!("infradev: listening on http://{}", service.addr());

@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::source::{SourceArgs, load};
-use crate::cli::CliError;
-use crate::cli::exit;
 use crate::analysis::skill::guard::{Hidden, check};
 use crate::analysis::skill::{Build, DEFAULT_NAME, PublicTask, Skill, render, valid_name};
 use crate::analysis::stats::aggregate;
+use crate::cli::common::CliError;
+use crate::cli::exit;
 use crate::task::{Registry, Task};
 
 #[derive(Debug, clap::Subcommand)]

@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::cli::CliError;
-use crate::cli::exit;
-use crate::grade::report::Report;
 use crate::analysis::run::record::Record;
 use crate::analysis::stats::{InputFile, InputJob, Inputs, Labels, Sample};
+use crate::cli::common::CliError;
+use crate::cli::exit;
+use crate::grade::report::Report;
 
 /// Where to read grades from: one of `--reports`, `--store`, `--config`.
 #[derive(Debug, Clone, clap::Args)]
@@ -56,10 +56,11 @@ pub async fn load(args: &SourceArgs) -> Result<Loaded, CliError> {
         (Some(folder), _, _) => load_reports(folder, &args.agent),
         (None, Some(url), _) => load_store(url).await,
         (None, None, Some(config)) => {
-            let config = crate::service::config::ServerConfig::load(config).map_err(|error| CliError {
-                code: exit::USAGE_OR_TASK,
-                error,
-            })?;
+            let config =
+                crate::service::config::ServerConfig::load(config).map_err(|error| CliError {
+                    code: exit::USAGE_OR_TASK,
+                    error,
+                })?;
             load_store(&config.store.url).await
         }
         (None, None, None) => Err(CliError {

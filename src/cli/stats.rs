@@ -4,9 +4,9 @@
 use std::io::Write;
 
 use super::source::{SourceArgs, load};
-use crate::cli::CliError;
-use crate::cli::exit;
 use crate::analysis::stats::{Table, aggregate, render_csv, render_text};
+use crate::cli::common::CliError;
+use crate::cli::exit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use crate::cli::{CliError, HostArgs};
+use crate::cli::common::{CliError, HostArgs};
 use crate::cli::exit;
-use crate::suite::fetch::{Cache, fetch_wheels};
 use crate::grade::{ExecutorChoice, GradeRequest, run_test_files};
+use crate::suite::fetch::{Cache, fetch_wheels};
+use crate::suite::git::git;
 use crate::suite::scaffold::{self, NewTask, Proposal};
 use crate::task::{Registry, Task};
-use crate::suite::validate::git;
 
 /// Scaffold a task from a merged pull request of a local clone.
 #[derive(Debug, clap::Args)]

@@ -12,8 +12,8 @@
 //! the process and runs everything else honestly. The official phase is evidence; the probes,
 //! which run where the submission cannot reach, decide.
 
-use crate::grading::{Kill, Outcome};
 use crate::grade::results::{PhaseResults, SandboxEnd};
+use crate::grading::{Kill, Outcome};
 
 /// Words upstream test names are made of, so a canary's name gives nothing away.
 const WORDS: &[&str] = &[

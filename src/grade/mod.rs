@@ -8,6 +8,7 @@ pub mod redact;
 pub mod report;
 pub mod results;
 pub mod sandbox;
+pub mod terminal;
 pub mod workspace;
 
 use std::collections::BTreeMap;
@@ -20,19 +21,19 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::grade::canary::Canaries;
-use crate::grading::{
-    Expectation, Outcome, Phase, PhaseEvidence, Retries, TestEvidence, combine_attempts, grade,
-    needs_rerun, rerun_candidates,
-};
-use guard::GuardFlag;
 use crate::grade::redact::Redactor;
 use crate::grade::report::{PhaseReport, Report, SCHEMA_VERSION, SubmissionRef, TaskRef};
 use crate::grade::results::{Expected, PhaseResults, SandboxEnd, evidence};
 use crate::grade::sandbox::docker::{DockerExecutor, EnvImage};
 use crate::grade::sandbox::local::LocalExecutor;
 use crate::grade::sandbox::{Executor, Limits, PhaseRun, PhaseSpec};
-use crate::task::Task;
 use crate::grade::workspace::Workspace;
+use crate::grading::{
+    Expectation, Outcome, Phase, PhaseEvidence, Retries, TestEvidence, combine_attempts, grade,
+    needs_rerun, rerun_candidates,
+};
+use crate::task::Task;
+use guard::GuardFlag;
 
 /// Bytes of sandbox output kept per phase.
 const OUTPUT_CAP: usize = 256 * 1024;

@@ -22,8 +22,8 @@
 //! It is deliberately over-eager: hiding an innocent line costs little, leaking a probe
 //! costs the task.
 
-use crate::grading::{Grade, TestEvidence};
 use crate::grade::report::Report;
+use crate::grading::{Grade, TestEvidence};
 
 /// Replaces a whole line that reproduces a probe source line.
 pub const LINE_MARKER: &str = "[redacted: matches hidden probe source]";

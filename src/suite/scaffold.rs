@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::task::Area;
 use crate::grading::Outcome;
+use crate::task::Area;
 
 /// The commit that merged a pull request, found in `git log --format=%H%x1f%P%x1f%s` output.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,9 +4,9 @@
 
 use std::fmt::Write as _;
 
-use crate::task::Task;
 use crate::grading::Category;
 use crate::suite::power::{Assessment, percent};
+use crate::task::Task;
 
 /// What the table says of one task.
 pub struct Row<'a> {

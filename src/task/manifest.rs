@@ -9,10 +9,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::ManifestError;
+use super::limits::{MAX_RETRIES, MAX_WORLD_SIZE};
 use super::probes::{ProbeSet, load_probes};
 use super::reject::{RawReject, Reject, rejects};
 use crate::grading::Category;
-use crate::grade::sandbox::broker::MAX_WORLD_SIZE;
 
 /// A validated task, with its hidden probes.
 #[derive(Debug, Clone)]
@@ -179,9 +179,6 @@ pub struct OfficialTests {
     /// configured default.
     pub retries: Option<u32>,
 }
-
-/// The most reruns a manifest may ask for: each one is a sandbox phase.
-pub const MAX_RETRIES: u32 = 5;
 
 /// GPUs the task needs: a count, or the exact device ids.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,9 @@ use toml::Spanned;
 use super::error::ManifestError;
 use super::manifest::Task;
 
+/// The kill rate a task must reach unless its power.toml says otherwise.
+pub const DEFAULT_THRESHOLD: f64 = 0.9;
+
 /// The file beside task.toml.
 pub const POWER_FILE: &str = "power.toml";
 
@@ -96,7 +99,7 @@ struct RawPower {
 pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
     let file = task.dir.join(POWER_FILE);
     let default = PowerConfig {
-        threshold: crate::suite::power::DEFAULT_THRESHOLD,
+        threshold: DEFAULT_THRESHOLD,
         equivalent: Vec::new(),
         out_of_scope: Vec::new(),
         only: Vec::new(),

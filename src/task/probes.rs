@@ -109,7 +109,7 @@ pub fn load_probes(dir: &Path, task_id: &str) -> Result<ProbeSet, ManifestError>
         ));
     }
     if let Some(r) = &raw.retries
-        && *r.get_ref() > super::manifest::MAX_RETRIES
+        && *r.get_ref() > super::limits::MAX_RETRIES
     {
         return Err(err(
             r.span(),
@@ -117,7 +117,7 @@ pub fn load_probes(dir: &Path, task_id: &str) -> Result<ProbeSet, ManifestError>
             format!(
                 "{} reruns is too many (at most {})",
                 r.get_ref(),
-                super::manifest::MAX_RETRIES
+                super::limits::MAX_RETRIES
             ),
         ));
     }

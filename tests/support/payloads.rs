@@ -291,7 +291,8 @@ pub fn workflow_job(
 /// The body as GitHub sends it (compact JSON) and its `X-Hub-Signature-256`.
 pub fn signed(payload: &Value, secret: &str) -> (Vec<u8>, String) {
     let body = serde_json::to_vec(payload).expect("serialise");
-    let signature = infradev::service::webhook::sign(&secrecy::SecretString::from(secret.to_owned()), &body);
+    let signature =
+        infradev::service::webhook::sign(&secrecy::SecretString::from(secret.to_owned()), &body);
     (body, signature)
 }
 

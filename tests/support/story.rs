@@ -492,7 +492,10 @@ impl World {
     /// Every result posted for job `id`.
     pub async fn results(&self, id: i64) -> Vec<infradev::service::store::JobResult> {
         let store = self.store().await;
-        let results = store.job_results(infradev::service::store::JobId(id)).await.unwrap();
+        let results = store
+            .job_results(infradev::service::store::JobId(id))
+            .await
+            .unwrap();
         store.close().await;
         results
     }

@@ -88,9 +88,9 @@ pub fn build(run_id: &str, records: &[Record]) -> Flakes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grade::report::fixtures;
     use crate::analysis::run::record::{RECORD_VERSION, RecordedChange};
     use crate::analysis::stats::Labels;
+    use crate::grade::report::fixtures;
 
     fn record(key: &str, task: &str, outcome: Outcome) -> Record {
         Record {

@@ -7,9 +7,9 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::submissions::{Change, Submission};
-use crate::grading::Verdict;
-use crate::grade::report::Report;
 use crate::analysis::stats::{Labels, Sample};
+use crate::grade::report::Report;
+use crate::grading::Verdict;
 
 /// Bump on any change to [`Record`] that is not a pure addition.
 pub const RECORD_VERSION: u32 = 1;

@@ -243,9 +243,9 @@ pub fn json_schema() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grade::report::fixtures;
     use crate::analysis::run::record::{Outcome, RECORD_VERSION, RecordedChange};
     use crate::analysis::stats::Labels;
+    use crate::grade::report::fixtures;
 
     fn record(line: usize, agent: &str, outcome: Outcome) -> Record {
         Record {

@@ -23,8 +23,8 @@ use std::fmt::Write;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::grading::Category;
 use crate::analysis::stats::{CategoryRow, Inputs, Stats, Tally};
+use crate::grading::Category;
 use crate::task::{Gpus, Task};
 
 mod advice;

@@ -2,8 +2,8 @@ use std::path::PathBuf;
 
 use super::guard::{Hidden, Leak, check};
 use super::*;
-use crate::grade::report::{Report, fixtures};
 use crate::analysis::stats::{InputFile, Labels, Sample, aggregate};
+use crate::grade::report::{Report, fixtures};
 use crate::task::Registry;
 
 const PROMPT: &str = "# Make the LRU offload manager evict in order\n\n\

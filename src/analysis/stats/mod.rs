@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::grading::{Category, Verdict};
 use crate::grade::report::Report;
+use crate::grading::{Category, Verdict};
 
 mod inputs;
 mod render;

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use super::{GuardFlag, PhaseReport, Report, SubmissionRef, TaskRef};
+use crate::grade::redact::Redactor;
 use crate::grading::{
     BudgetBreach, BudgetKind, Category, Expectation, Outcome, Phase, PhaseEvidence, TestEvidence,
     grade,
 };
-use crate::grade::redact::Redactor;
 
 /// A hidden probe, with a canary the renderings must never show.
 pub(crate) const PROBE_SOURCE: &str = r#"import torch

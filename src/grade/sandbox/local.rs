@@ -16,8 +16,8 @@ use super::{
     CappedOutput, Layout, PhaseSpec, Role, brokered, collected, judge_argv, official_argv,
     sandbox_env, subject_argv,
 };
-use crate::grading::Kill;
 use crate::grade::results::{PhaseResults, SandboxEnd};
+use crate::grading::Kill;
 use crate::task::Gpus;
 
 /// The unprivileged user the sandbox drops to when the grader runs as root.

@@ -15,8 +15,8 @@ use std::time::Duration;
 pub use command::{Layout, Role, judge_argv, official_argv, sandbox_env, subject_argv};
 pub use output::CappedOutput;
 
-use crate::grading::Phase;
 use crate::grade::results::{PhaseResults, SandboxEnd};
+use crate::grading::Phase;
 use crate::task::{Budget, Gpus};
 
 /// Limits applied to one phase.

@@ -7,8 +7,8 @@ use std::path::Path;
 use anyhow::Context;
 use chrono::{NaiveDate, Utc};
 
-use crate::grade::report::Report;
 use crate::analysis::stats::{Labels, Sample, aggregate, categories_by_agent, series};
+use crate::grade::report::Report;
 use crate::service::store::{GradedJob, JobId, Store};
 use crate::service::web::{Dashboard, GradePage, HistoryRow, QueueRow, RecentGrade};
 

@@ -11,14 +11,14 @@ use anyhow::Context;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
+use crate::grade::report::Report;
+use crate::grade::report::github as render;
+use crate::grading::Verdict;
 use crate::service::config::OutboxConfig;
 use crate::service::github::{
     Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunUpdate,
     Conclusion, GitHubApp, GitHubError, RepoClient, Retry, RetryPolicy, Status,
 };
-use crate::grading::Verdict;
-use crate::grade::report::Report;
-use crate::grade::report::github as render;
 use crate::service::store::{Job, JobId, NewOutbox, OutboxRow, Store};
 
 /// One GitHub write to make. Stored as the row's kind and JSON payload.

@@ -13,9 +13,9 @@ use tokio::sync::Notify;
 use super::drain::Drain;
 use super::mirror::Mirrors;
 use super::outbox::Message;
-use crate::service::github::GitHubApp;
-use crate::grade::{ExecutorChoice, GradeError, GradeRequest, grade_submission};
 use crate::grade::report::Report;
+use crate::grade::{ExecutorChoice, GradeError, GradeRequest, grade_submission};
+use crate::service::github::GitHubApp;
 use crate::service::store::{Job, Store};
 use crate::task::Registry;
 

@@ -10,7 +10,6 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
-use super::client::RepoClient;
 use super::error::GitHubError;
 use super::transport::{Transport, decode, enc, next_link_param};
 use super::types::FailedDelivery;
@@ -24,7 +23,7 @@ const JWT_LIFETIME_S: i64 = 540;
 /// At most this many pages of deliveries are read in one listing (100 per page).
 const MAX_DELIVERY_PAGES: usize = 50;
 
-/// The App: mints its JWT, holds installation tokens, and makes [`RepoClient`]s. Cheap to clone.
+/// The App: mints its JWT, holds installation tokens, and makes clients of its installations (`client.rs`). Cheap to clone.
 #[derive(Clone)]
 pub struct GitHubApp {
     inner: Arc<AppInner>,
@@ -186,17 +185,6 @@ impl GitHubApp {
         {
             *cached = None;
         }
-    }
-
-    /// A client for one repository of an installation. Makes sure a token can be had.
-    pub async fn client(
-        &self,
-        installation_id: u64,
-        owner: &str,
-        repo: &str,
-    ) -> Result<RepoClient, GitHubError> {
-        self.installation_token(installation_id).await?;
-        Ok(RepoClient::new(self.clone(), installation_id, owner, repo))
     }
 
     /// The App's webhook deliveries since `since` that failed and were not redelivered

@@ -141,6 +141,20 @@ struct PullReply {
 /// The six permission words, from most to least.
 const ROLES: [&str; 6] = ["admin", "maintain", "write", "triage", "read", "none"];
 
+/// Clients are made by the App; the impl lives here so that `app.rs` never names the client.
+impl GitHubApp {
+    /// A client for one repository of an installation. Makes sure a token can be had.
+    pub async fn client(
+        &self,
+        installation_id: u64,
+        owner: &str,
+        repo: &str,
+    ) -> Result<RepoClient, GitHubError> {
+        self.installation_token(installation_id).await?;
+        Ok(RepoClient::new(self.clone(), installation_id, owner, repo))
+    }
+}
+
 impl RepoClient {
     pub(crate) fn new(app: GitHubApp, installation_id: u64, owner: &str, repo: &str) -> Self {
         RepoClient {

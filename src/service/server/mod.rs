@@ -6,10 +6,11 @@ mod metrics;
 mod pages;
 mod results;
 mod router;
+mod state;
 mod webhook;
 
 pub use intake::Intake;
 pub use metrics::install_metrics;
-pub use pages::Pages;
-pub use router::{AppState, Draining, create_app};
+pub use router::{Draining, create_app};
+pub use state::{AppState, Pages};
 pub use webhook::note_refused;

@@ -13,92 +13,18 @@
 //! are constant time. Every page is sent with a Content-Security-Policy that allows no
 //! script and no resource from anywhere, and operator responses are never cached.
 
-use std::path::PathBuf;
-
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hmac::{Hmac, Mac};
-use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
-use super::router::AppState;
-use crate::service::app::grades;
+use super::state::{AppState, COOKIE};
 use crate::grade::report::{render_json, render_junit};
+use crate::service::app::grades;
 use crate::service::web::{render_dashboard, render_grade_page, render_login};
 
-/// What the pages need besides the store.
-#[derive(Clone)]
-pub struct Pages {
-    /// `None`: no operator is configured; only public pages are served.
-    pub operator_token: Option<SecretString>,
-    /// `https://github.com/`.
-    pub web_url: String,
-    /// tasks/ and probes/ (the reproduce command names the probe directory).
-    pub root: PathBuf,
-    /// Send the cookie with `Secure` (the public URL is https).
-    pub secure_cookie: bool,
-}
-
-const COOKIE: &str = "infradev_operator";
-const SESSION_MESSAGE: &[u8] = b"infradev operator session";
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
                    frame-ancestors 'none'; base-uri 'none'";
-
-impl Pages {
-    fn session_mac(&self) -> Option<Hmac<Sha256>> {
-        let token = self.operator_token.as_ref()?;
-        let mut mac = Hmac::<Sha256>::new_from_slice(token.expose_secret().as_bytes()).ok()?;
-        mac.update(SESSION_MESSAGE);
-        Some(mac)
-    }
-
-    /// The cookie value of an operator session.
-    fn session_value(&self) -> Option<String> {
-        Some(hex::encode(self.session_mac()?.finalize().into_bytes()))
-    }
-
-    fn token_matches(&self, given: &str) -> bool {
-        let Some(token) = &self.operator_token else {
-            return false;
-        };
-        let (a, b) = (
-            Sha256::digest(given.as_bytes()),
-            Sha256::digest(token.expose_secret().as_bytes()),
-        );
-        a.iter()
-            .zip(b.iter())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-    }
-
-    /// Whether the request carries the operator credential.
-    pub fn is_operator(&self, headers: &HeaderMap) -> bool {
-        if self.operator_token.is_none() {
-            return false;
-        }
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if let Some(token) = bearer {
-            return self.token_matches(token);
-        }
-        let cookie = headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-            .next();
-        match (cookie.and_then(|c| hex::decode(c).ok()), self.session_mac()) {
-            (Some(given), Some(mac)) => mac.verify_slice(&given).is_ok(),
-            _ => false,
-        }
-    }
-}
 
 fn html(status: StatusCode, body: String, private: bool) -> Response {
     let mut response = (status, body).into_response();
@@ -173,7 +99,11 @@ pub async fn download(
     if !state.pages.is_operator(&headers) {
         return unauthorized(&format!("/grades/{id}"));
     }
-    let job = match state.store.graded_job(crate::service::store::JobId(id)).await {
+    let job = match state
+        .store
+        .graded_job(crate::service::store::JobId(id))
+        .await
+    {
         Ok(Some(job)) => job,
         Ok(None) => return not_found(),
         Err(e) => return store_error(e.into()),
@@ -270,60 +200,6 @@ pub async fn login(State(state): State<AppState>, Form(form): Form<Login>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pages(token: Option<&str>) -> Pages {
-        Pages {
-            operator_token: token.map(|t| SecretString::from(t.to_owned())),
-            web_url: "https://github.com/".into(),
-            root: PathBuf::from("/srv"),
-            secure_cookie: true,
-        }
-    }
-
-    fn headers(name: header::HeaderName, value: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(name, HeaderValue::from_str(value).unwrap());
-        h
-    }
-
-    #[test]
-    fn a_bearer_token_or_the_session_cookie_makes_an_operator() {
-        let p = pages(Some("operator-token-0123456789"));
-        let session = p.session_value().unwrap();
-        assert_ne!(session, "operator-token-0123456789");
-        let cases = [
-            (
-                header::AUTHORIZATION,
-                "Bearer operator-token-0123456789".to_owned(),
-                true,
-            ),
-            (
-                header::AUTHORIZATION,
-                "Bearer operator-token-012345678".to_owned(),
-                false,
-            ),
-            (
-                header::AUTHORIZATION,
-                "Basic b3BlcmF0b3I=".to_owned(),
-                false,
-            ),
-            (header::COOKIE, format!("a=b; {COOKIE}={session}"), true),
-            (
-                header::COOKIE,
-                format!("{COOKIE}=operator-token-0123456789"),
-                false,
-            ),
-            (header::COOKIE, format!("{COOKIE}={}", &session[2..]), false),
-        ];
-        for (name, value, want) in cases {
-            assert_eq!(p.is_operator(&headers(name, &value)), want, "{value}");
-        }
-        assert!(!p.is_operator(&HeaderMap::new()));
-        // No token configured: nobody is an operator, whatever they send.
-        let none = pages(None);
-        assert!(!none.is_operator(&headers(header::AUTHORIZATION, "Bearer ")));
-        assert!(none.session_value().is_none());
-    }
 
     #[test]
     fn login_only_redirects_to_our_own_paths() {

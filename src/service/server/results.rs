@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::router::AppState;
+use super::state::AppState;
 use crate::service::app::results::{Answer, ResultError, receive};
 
 pub async fn post_result(

@@ -1,4 +1,4 @@
-//! The axum router and its state.
+//! The axum router: routes, the drain switch, health and readiness.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,29 +9,8 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use metrics_exporter_prometheus::PrometheusHandle;
-use secrecy::SecretString;
-use tokio::sync::Notify;
 
-use crate::service::store::Store;
-
-/// What every request handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    /// Group-committing writer for deliveries (see `intake.rs`).
-    pub intake: super::Intake,
-    pub webhook_secrets: Arc<Vec<SecretString>>,
-    /// Woken after a delivery is stored, so the processor handles it at once.
-    pub wake: Arc<Notify>,
-    /// Woken when a remote result finished a job (its reports are queued).
-    pub wake_outbox: Arc<Notify>,
-    /// Woken when a remote result asks for a re-dispatch.
-    pub wake_remote: Arc<Notify>,
-    pub metrics: PrometheusHandle,
-    /// Grade pages, the dashboard and the operator credential (`pages.rs`).
-    pub pages: Arc<super::Pages>,
-}
+use super::state::AppState;
 
 /// Set once the server is stopping: from then on the webhook intake refuses new deliveries.
 #[derive(Clone, Default)]

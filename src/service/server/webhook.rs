@@ -5,8 +5,10 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 
-use super::router::AppState;
-use crate::service::store::{Inserted, NewDelivery, RefusalSource, RefusedDelivery, Store, StoreError};
+use super::state::AppState;
+use crate::service::store::{
+    Inserted, NewDelivery, RefusalSource, RefusedDelivery, Store, StoreError,
+};
 use crate::service::webhook::{parse, verify_signature};
 
 pub(super) async fn receive(

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::html::{Html, page};
 use super::svg::{Bar, Line, bar_chart, heatmap, line_chart};
-use crate::grading::{Category, Verdict};
 use crate::analysis::stats::{CategoryRow, Period, Row, Stats};
+use crate::grading::{Category, Verdict};
 
 /// Jobs of one backend per state.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,9 +14,9 @@
 use chrono::{DateTime, Utc};
 
 use super::html::{Html, page};
-use crate::grading::{Category, Expectation, GradedTest, Kill, Verdict};
 use crate::grade::report::Report;
 use crate::grade::report::github::{category_meaning, check_run_output};
+use crate::grading::{Category, Expectation, GradedTest, Kill, Verdict};
 
 /// One row of a pull request's grade history.
 #[derive(Debug, Clone, PartialEq)]

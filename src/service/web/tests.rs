@@ -1,10 +1,10 @@
 use chrono::{NaiveDate, TimeZone, Utc};
 
 use super::*;
-use crate::grading::Verdict;
+use crate::analysis::stats::{Labels, Sample, aggregate, categories_by_agent, series};
 use crate::grade::report::fixtures;
 use crate::grade::report::{ImageRef, Report};
-use crate::analysis::stats::{Labels, Sample, aggregate, categories_by_agent, series};
+use crate::grading::Verdict;
 
 const HOSTILE: &str = "<script>alert(1)</script><img src=x onerror=alert(2)>\"'&";
 

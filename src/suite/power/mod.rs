@@ -18,8 +18,7 @@ use sha2::{Digest, Sha256};
 use crate::grading::Outcome;
 pub use crate::task::Scope;
 
-/// The kill rate a task must reach unless its power.toml says otherwise.
-pub const DEFAULT_THRESHOLD: f64 = 0.9;
+pub use crate::task::DEFAULT_THRESHOLD;
 /// The probe workloads every candidate is judged on. Seed 0 is the workload of every real
 /// grade (probes read no seed then); seed 1 is a second workload, for the equivalence check.
 pub const SEEDS: [u32; 2] = [0, 1];

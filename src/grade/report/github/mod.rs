@@ -19,8 +19,8 @@ use serde::Serialize;
 
 use super::Report;
 use super::summary::failure_message;
-use crate::grading::{Category, Expectation, GradedTest, Kill, Verdict};
 use crate::grade::redact::Redactor;
+use crate::grading::{Category, Expectation, GradedTest, Kill, Verdict};
 
 /// The check run's name.
 pub const CHECK_NAME: &str = "InfraDev";

@@ -20,11 +20,11 @@ fn completed_checks_name_the_button_and_the_commands() {
         "no room: unchanged"
     );
 }
-use crate::grading::Outcome;
 use crate::grade::report::GuardFlag;
 use crate::grade::report::fixtures::{
     PROBE_SOURCE, build_failure, flaky, infra_error, not_applied, probes_reject, resolved,
 };
+use crate::grading::Outcome;
 
 const HEAD: &str = "abcdef0123456789abcdef0123456789abcdef01";
 

@@ -24,8 +24,8 @@ pub use frame::{FrameError, read_frame, read_raw, write_frame};
 pub use meter::{MemorySource, Meter, Usage};
 pub use ranks::{MAX_WORLD_SIZE, MIN_WORLD_SIZE, RankAddress, rank_socket_dir};
 
-use crate::grading::{BudgetBreach, BudgetKind, Kill};
 use crate::grade::results::{Event, PhaseResults};
+use crate::grading::{BudgetBreach, BudgetKind, Kill};
 use crate::task::Budget;
 
 /// Frames from the judge (requests may carry tensors).

@@ -21,8 +21,7 @@ use super::{Fault, SUBJECT_SOCKET, Session, SubjectHost, accept_subject, listen,
 use super::{frame, write_frame};
 use crate::grade::sandbox::broker::FrameError;
 
-/// The largest group a probe may start.
-pub const MAX_WORLD_SIZE: usize = 4;
+pub use crate::task::MAX_WORLD_SIZE;
 /// The smallest (one rank is the ordinary subject).
 pub const MIN_WORLD_SIZE: usize = 2;
 

@@ -15,26 +15,20 @@ use bollard::models::{
     ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountType,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
-    WaitContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, InspectContainerOptions, LogsOptionsBuilder,
+    StartContainerOptions, WaitContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 
+use super::container::{LABEL_DEADLINE, LABEL_MANAGED, LABEL_RUN, kill, remove_container};
 use super::image::EnvImage;
 use super::ranks::DockerRanks;
-use crate::grading::Kill;
 use crate::grade::results::{PhaseResults, SandboxEnd};
 use crate::grade::sandbox::broker::{Meter, RankAddress, SubjectEnd, SubjectHost};
 use crate::grade::sandbox::command::{Role, judge_argv, official_argv, subject_argv};
 use crate::grade::sandbox::{CappedOutput, Layout, PhaseSpec, brokered, collected, sandbox_env};
+use crate::grading::Kill;
 use crate::task::Gpus;
-
-/// Labels on every container we create, so the reaper can find orphans.
-pub(super) const LABEL_MANAGED: &str = "org.infradev.managed";
-pub(super) const LABEL_RUN: &str = "org.infradev.run";
-/// Unix time after which a container is an orphan whatever its state.
-pub(super) const LABEL_DEADLINE: &str = "org.infradev.deadline";
 
 /// Grace beyond a phase's wall clock before the reaper treats its container as orphaned.
 const REAP_GRACE_S: u64 = 300;
@@ -257,20 +251,6 @@ impl DockerExecutor {
     }
 }
 
-pub(super) async fn kill(docker: &Docker, id: &str) {
-    let _ = docker
-        .kill_container(
-            id,
-            Some(
-                KillContainerOptionsBuilder::default()
-                    .signal("SIGKILL")
-                    .build(),
-            ),
-        )
-        .await;
-    let _ = docker.wait_container(id, None).collect::<Vec<_>>().await;
-}
-
 /// The subject containers of one probe phase: one at a time, replaced after a fault.
 struct DockerSubjects<'a> {
     docker: &'a Docker,
@@ -351,20 +331,6 @@ impl SubjectHost for DockerSubjects<'_> {
     async fn stop_ranks(&mut self) -> Vec<SubjectEnd> {
         self.ranks.stop(self.docker).await
     }
-}
-
-pub(super) async fn remove_container(docker: &Docker, id: &str) {
-    let _ = docker
-        .remove_container(
-            id,
-            Some(
-                RemoveContainerOptionsBuilder::default()
-                    .force(true)
-                    .v(true)
-                    .build(),
-            ),
-        )
-        .await;
 }
 
 fn name(spec: &PhaseSpec, role: &str) -> String {
@@ -478,8 +444,8 @@ fn gpu_request(gpus: &Gpus) -> Option<Vec<DeviceRequest>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grading::Phase;
     use crate::grade::sandbox::Limits;
+    use crate::grading::Phase;
     use std::path::PathBuf;
     use std::time::Duration;
 

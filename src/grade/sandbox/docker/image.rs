@@ -23,7 +23,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
-use super::executor::{LABEL_DEADLINE, LABEL_MANAGED};
+use super::container::{LABEL_DEADLINE, LABEL_MANAGED, remove_container};
 use crate::task::Task;
 
 /// Bumped when the way layers are built changes, so old tags are not reused.
@@ -282,7 +282,7 @@ async fn build_pip_layer(
     let mut progress = super::pip_log::PipProgress::new(&tag, &layer.requirements);
     let result = run_and_commit(docker, &id, &tag, |line| progress.line(line)).await;
     progress.finish();
-    super::executor::remove_container(docker, &id).await;
+    remove_container(docker, &id).await;
     let image_id = result?;
     tracing::info!(%tag, seconds = t0.elapsed().as_secs(), "environment layer built");
     Ok((tag, image_id))

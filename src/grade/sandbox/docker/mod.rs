@@ -1,5 +1,6 @@
 //! The Docker executor: the only module that names bollard.
 
+mod container;
 mod env_bench;
 mod executor;
 mod image;

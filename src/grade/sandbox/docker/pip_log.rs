@@ -50,19 +50,20 @@ pub struct PipProgress {
 impl PipProgress {
     pub fn new(tag: &str, requirements: &str) -> PipProgress {
         let total = requirement_count(requirements) as u64;
-        let bar = (std::io::stderr().is_terminal() && !crate::cli::logging::json()).then(|| {
-            let bar = indicatif::ProgressBar::new(total.max(1));
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{spinner} {prefix} [{bar:30}] {pos}/{len} wheels {wide_msg}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> "),
-            );
-            bar.set_prefix(tag.to_owned());
-            bar.enable_steady_tick(std::time::Duration::from_millis(200));
-            bar
-        });
+        let bar =
+            (std::io::stderr().is_terminal() && !crate::grade::terminal::json_logs()).then(|| {
+                let bar = indicatif::ProgressBar::new(total.max(1));
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} {prefix} [{bar:30}] {pos}/{len} wheels {wide_msg}",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+                bar.set_prefix(tag.to_owned());
+                bar.enable_steady_tick(std::time::Duration::from_millis(200));
+                bar
+            });
         PipProgress {
             tag: tag.to_owned(),
             collected: 0,
@@ -89,7 +90,7 @@ impl PipProgress {
                 bar.set_position(self.collected);
                 bar.set_message(text);
             }
-            None if crate::cli::logging::json() => {
+            None if crate::grade::terminal::json_logs() => {
                 tracing::info!(layer = %self.tag, step = %text, "environment layer build");
             }
             None => eprintln!("build {}: {text}", self.tag),

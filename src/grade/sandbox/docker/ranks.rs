@@ -15,7 +15,7 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, StartContainerOptions,
 };
 
-use super::executor::{LABEL_DEADLINE, LABEL_MANAGED, LABEL_RUN, kill, remove_container};
+use super::container::{LABEL_DEADLINE, LABEL_MANAGED, LABEL_RUN, kill, remove_container};
 use crate::grade::sandbox::broker::{Meter, RankAddress, SubjectEnd};
 
 /// The port rank 0 is told to listen on (`MASTER_PORT`): each rank has a network namespace of

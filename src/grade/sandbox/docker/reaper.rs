@@ -7,7 +7,8 @@ use bollard::query_parameters::{
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 
-use super::executor::{DockerExecutor, LABEL_DEADLINE, LABEL_MANAGED};
+use super::container::{LABEL_DEADLINE, LABEL_MANAGED};
+use super::executor::DockerExecutor;
 
 impl DockerExecutor {
     /// Removes every container of ours (sandboxes, and the build and check containers of

@@ -1,0 +1,131 @@
+//! What the commands share: the error that carries an exit code, and the argument groups
+//! several commands flatten (sandbox, host, task selection). The dispatcher (`mod.rs`) and
+//! every command import these; nothing here imports a command.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::ValueEnum;
+
+use crate::cli::exit;
+use crate::grade::{ExecutorChoice, GradeError};
+use crate::task::Registry;
+
+/// An error with the exit code it maps to.
+pub struct CliError {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl CliError {
+    /// A wrong argument or a task that cannot be used as written (exit 2).
+    pub fn task(error: impl Into<anyhow::Error>) -> Self {
+        CliError {
+            code: exit::USAGE_OR_TASK,
+            error: error.into(),
+        }
+    }
+
+    /// Our side failed: Docker, the file system, a download (exit 3).
+    pub fn infra(error: impl Into<anyhow::Error>) -> Self {
+        CliError {
+            code: exit::INFRA,
+            error: error.into(),
+        }
+    }
+}
+
+impl From<GradeError> for CliError {
+    fn from(e: GradeError) -> Self {
+        let code = match e {
+            GradeError::Usage(_) | GradeError::Task(_) => exit::USAGE_OR_TASK,
+            GradeError::Infra(_) => exit::INFRA,
+        };
+        CliError {
+            code,
+            error: e.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxArgs {
+    /// Where each phase runs.
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Docker)]
+    pub executor: ExecutorKind,
+    /// Wheel cache for tasks that install packages (Docker executor).
+    #[arg(long, env = "INFRADEV_WHEELS")]
+    pub wheels: Option<PathBuf>,
+    /// The interpreter of the local executor; it needs pytest.
+    #[arg(long, env = "INFRADEV_PYTHON", default_value = "/usr/bin/python3")]
+    pub python: PathBuf,
+    /// Reruns of a failing official test or probe, each in a fresh sandbox phase, unless the
+    /// task sets its own; a result that changes across attempts is `flaky` (never a pass).
+    #[arg(long, env = "INFRADEV_RETRIES", default_value_t = crate::grade::DEFAULT_RETRIES,
+          value_parser = clap::value_parser!(u32).range(0..=crate::task::MAX_RETRIES as i64))]
+    pub retries: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorKind {
+    /// A locked-down container per phase (bollard).
+    Docker,
+    /// A process group with rlimits; see the report for what it cannot guarantee.
+    Local,
+}
+
+impl SandboxArgs {
+    pub fn choice(&self) -> ExecutorChoice {
+        match self.executor {
+            ExecutorKind::Docker => ExecutorChoice::Docker {
+                wheels: self.wheels.clone(),
+            },
+            ExecutorKind::Local => ExecutorChoice::Local {
+                python: self.python.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TaskSelection {
+    /// Task ids (or task directories).
+    pub ids: Vec<String>,
+    /// Every task.
+    #[arg(long, conflicts_with = "ids")]
+    pub all: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostArgs {
+    /// Download cache (wheels, sdists, upstream clones).
+    #[arg(long, env = "INFRADEV_CACHE")]
+    pub cache: Option<PathBuf>,
+    /// The host Python whose pip downloads wheels; it must have the task's Python version.
+    #[arg(long, default_value = "python3")]
+    pub python: PathBuf,
+}
+
+impl TaskSelection {
+    pub fn resolve(&self, root: &Path) -> Result<Vec<crate::task::Task>, CliError> {
+        if self.all {
+            let registry = Registry::load(root)
+                .context("cannot read the tasks directory")
+                .map_err(CliError::task)?;
+            return registry
+                .tasks
+                .into_iter()
+                .map(|t| t.map_err(CliError::task))
+                .collect();
+        }
+        if self.ids.is_empty() {
+            return Err(CliError::task(anyhow::anyhow!(
+                "name one or more tasks, or pass --all"
+            )));
+        }
+        self.ids
+            .iter()
+            .map(|id| Registry::resolve(root, id, None).map_err(CliError::task))
+            .collect()
+    }
+}
