@@ -16,10 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use infradev::suite::fetch::Cache;
 use infradev::grade::sandbox::docker::{
     BENCH_NAMESPACE, EnvBench, EnvMode, ImageLayers, PipLayer, Storage, common_layers, unique_bytes,
 };
+use infradev::suite::fetch::Cache;
 use infradev::task::{Registry, Task};
 
 /// The order the modes are built in. Shared first, so that whatever the first mode warms
