@@ -235,3 +235,232 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
     out.sort();
     out
 }
+
+// The submission's tree is hostile data to the host: what it commits is judged from git's
+// objects before anything of it is written, and the host never writes through what it put
+// there. Each attack is built at test time on a clone of the example repository's reference.
+
+/// A clone of the example repository at the reference with `attack` committed on top (the
+/// work tree staged when it returns true, else only what it put in the index); returns the
+/// temp dir holding the repository at `repo`.
+fn attacked(attack: impl FnOnce(&Path) -> bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let repo = dir.path().join("repo");
+    support::git(
+        dir.path(),
+        &["clone", "--quiet", example_repo().to_str().unwrap(), "repo"],
+    );
+    support::git(&repo, &["checkout", "--quiet", "--detach", "reference"]);
+    if attack(&repo) {
+        support::git(&repo, &["add", "-A"]);
+    }
+    support::git(
+        &repo,
+        &["commit", "--quiet", "--allow-empty", "-m", "attack"],
+    );
+    dir
+}
+
+/// Adds `count` entries of one blob to the index without writing them (fast for thousands).
+fn index_many(repo: &Path, blob: &str, mode: &str, paths: impl Iterator<Item = String>) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["update-index", "--add", "--index-info"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for path in paths {
+        writeln!(stdin, "{mode} {blob}\t{path}").unwrap();
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
+fn assert_refused(g: &Graded, reason: &str) {
+    assert_eq!(
+        g.code, 1,
+        "the submission's fault (exit 1)\n{}\n{}",
+        g.stdout, g.stderr
+    );
+    let r = g.report();
+    assert_eq!(r.grade.verdict, Verdict::Unresolved);
+    let why = r.apply_error.as_deref().unwrap_or_default();
+    assert!(
+        why.contains(reason),
+        "apply_error {why:?} should say {reason:?}"
+    );
+    assert!(
+        failing_categories(g).iter().all(|c| *c == Category::Build),
+        "{:?}",
+        failing_categories(g)
+    );
+    assert!(r.phases.is_empty(), "no sandbox runs for a refused tree");
+}
+
+#[test]
+fn the_canary_is_never_written_through_what_the_submission_put_at_its_name() {
+    if !docker_ready() {
+        return;
+    }
+    // A file of the host, outside every sandbox, that every possible canary name points at.
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim.txt");
+    std::fs::write(&victim, "the host's own file\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let words = infradev::grade::canary::WORDS;
+    let repo = attacked(|repo| {
+        let tests = repo.join("tests");
+        for (i, a) in words.iter().enumerate() {
+            for (j, b) in words.iter().enumerate() {
+                let name = tests.join(format!("test_{a}_{b}.py"));
+                if (i + j) % 2 == 0 {
+                    std::os::unix::fs::symlink(&victim, &name).unwrap();
+                } else {
+                    // A folder where the canary goes: writing a file there fails.
+                    std::fs::create_dir(&name).unwrap();
+                    std::fs::write(name.join("keep"), "").unwrap();
+                }
+            }
+        }
+        true
+    });
+    let g = grade(
+        &support::task_dir(),
+        &repo.path().join("repo"),
+        "HEAD",
+        "docker",
+        &[],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "the host's own file\n",
+        "the host wrote through the submission's symlink"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode, 0o600,
+            "the host chmod'ed through the submission's symlink"
+        );
+    }
+    assert_ne!(
+        g.code, 3,
+        "never an infra error\n{}\n{}",
+        g.stdout, g.stderr
+    );
+    assert_eq!(
+        g.report().grade.verdict,
+        Verdict::Resolved,
+        "the reference plus inert files is still right\n{}",
+        g.stdout
+    );
+}
+
+#[test]
+fn a_submodule_is_refused_as_the_submission_s_fault() {
+    let repo = attacked(|repo| {
+        let sha = support::git(repo, &["rev-parse", "base"]);
+        // Where the guard restores files, and where the official tests are restored.
+        index_many(
+            repo,
+            &sha,
+            "160000",
+            ["conftest.py".to_owned(), "minicache/vendored".to_owned()].into_iter(),
+        );
+        false
+    });
+    let g = grade(
+        &support::task_dir(),
+        &repo.path().join("repo"),
+        "HEAD",
+        "local",
+        &[],
+    );
+    assert_refused(&g, "submodule at");
+}
+
+#[test]
+fn the_official_tests_folder_replaced_by_a_link_is_refused() {
+    let repo = attacked(|repo| {
+        std::fs::remove_dir_all(repo.join("tests")).unwrap();
+        std::os::unix::fs::symlink("/tmp", repo.join("tests")).unwrap();
+        true
+    });
+    let g = grade(
+        &support::task_dir(),
+        &repo.path().join("repo"),
+        "HEAD",
+        "local",
+        &[],
+    );
+    assert_refused(&g, "replaces the folder tests");
+}
+
+#[test]
+fn thousands_of_files_are_refused_before_any_is_written() {
+    let repo = attacked(|repo| {
+        let blob = support::git(repo, &["hash-object", "-w", "/dev/null"]);
+        index_many(
+            repo,
+            &blob,
+            "100644",
+            (0..24_000).map(|i| format!("junk/{}/{i}.py", i % 100)),
+        );
+        false
+    });
+    let g = grade(
+        &support::task_dir(),
+        &repo.path().join("repo"),
+        "HEAD",
+        "local",
+        &[],
+    );
+    assert_refused(&g, "files to the task's base");
+}
+
+#[test]
+fn a_blob_that_inflates_to_gigabytes_is_refused_before_it_is_written() {
+    let repo = attacked(|repo| {
+        // 300 MiB of zeros: a few hundred KiB of git objects.
+        let mut child = std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["hash-object", "-w", "--stdin"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            let zeros = vec![0u8; 1 << 20];
+            for _ in 0..300 {
+                stdin.write_all(&zeros).unwrap();
+            }
+        }
+        let out = child.wait_with_output().unwrap();
+        let blob = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        index_many(
+            repo,
+            &blob,
+            "100644",
+            ["weights.bin".to_owned()].into_iter(),
+        );
+        false
+    });
+    let g = grade(
+        &support::task_dir(),
+        &repo.path().join("repo"),
+        "HEAD",
+        "local",
+        &[],
+    );
+    assert_refused(&g, "adds 300 MiB");
+}

@@ -16,7 +16,7 @@ use crate::grade::results::{PhaseResults, SandboxEnd};
 use crate::grading::{Kill, Outcome};
 
 /// Words upstream test names are made of, so a canary's name gives nothing away.
-const WORDS: &[&str] = &[
+pub const WORDS: &[&str] = &[
     "cache", "block", "shape", "dtype", "config", "batch", "state", "merge", "rank", "step",
     "grad", "seq", "mask", "index", "window", "buffer", "layout", "offset", "group", "token",
     "shard", "bucket", "stride", "chunk", "queue", "limit", "reduce", "scatter", "prefix", "pool",

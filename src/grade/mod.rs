@@ -9,6 +9,7 @@ pub mod report;
 pub mod results;
 pub mod sandbox;
 pub mod terminal;
+pub mod tree;
 pub mod workspace;
 
 use std::collections::BTreeMap;
@@ -124,9 +125,17 @@ pub async fn grade_submission(
 ) -> Result<Report, GradeError> {
     let task = &req.task;
     on_progress(Progress::Preparing("materialising the submission"));
-    let ws = Workspace::materialize(&req.repo, &req.head).map_err(GradeError::Usage)?;
+    let (ws, refused) = materialize(req)?;
     tracing::debug!("materialised");
-    let prepared = prepare_tree(&ws, task)?;
+    let prepared = match refused {
+        // Nothing of a refused tree is written: it is graded as not applying.
+        Some(reason) => PreparedTree {
+            apply_error: Some(reason),
+            changed_files: Vec::new(),
+            flags: Vec::new(),
+        },
+        None => prepare_tree(&ws, task)?,
+    };
     tracing::debug!("tree prepared");
 
     // What the task's public prompt says is no secret (an unreadable prompt: redact it all).
@@ -276,7 +285,10 @@ pub struct TestFileRun {
 /// only; a grade of a submission goes through [`grade_submission`].
 pub async fn run_test_files(req: &GradeRequest) -> Result<TestFileRun, GradeError> {
     let task = &req.task;
-    let ws = Workspace::materialize(&req.repo, &req.head).map_err(GradeError::Usage)?;
+    let (ws, refused) = materialize(req)?;
+    if let Some(reason) = refused {
+        return Err(GradeError::Usage(anyhow::anyhow!(reason)));
+    }
     let prepared = prepare_tree(&ws, task)?;
     if let Some(e) = prepared.apply_error {
         return Err(GradeError::Usage(anyhow::anyhow!(e)));
@@ -377,6 +389,22 @@ struct PreparedTree {
     apply_error: Option<String>,
     changed_files: Vec<String>,
     flags: Vec<GuardFlag>,
+}
+
+/// The submission cloned into a private work dir, and its tree written there only if
+/// `tree::check_tree` accepts it (judged from git's objects first); else why it is refused,
+/// the submission's own fault.
+fn materialize(req: &GradeRequest) -> Result<(Workspace, Option<String>), GradeError> {
+    let ws = Workspace::clone_of(&req.repo, &req.head).map_err(GradeError::Usage)?;
+    let tree_of = |rev: &str| ws.tree(rev).map_err(GradeError::Infra);
+    let head = tree_of(&ws.head)?.unwrap_or_default();
+    let base = tree_of(&req.task.base_commit)?.unwrap_or_default();
+    let written: Vec<&str> = req.task.tests.files.iter().map(String::as_str).collect();
+    let refused = tree::check_tree(&head, &base, &written);
+    if refused.is_none() {
+        ws.checkout().map_err(GradeError::Infra)?;
+    }
+    Ok((ws, refused))
 }
 
 /// Neutralises test-infrastructure changes and restores the official tests from the reference.
@@ -654,10 +682,7 @@ async fn run_sandbox(
         Phase::Tests => {
             let first_file = targets[0].split("::").next().unwrap_or(&targets[0]);
             let c = Canaries::new(uuid::Uuid::new_v4().as_u128(), first_file);
-            let path = ws.repo.join(&c.file);
-            std::fs::write(&path, &c.source)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            set_mode(&path, 0o644)?;
+            ws.plant_file(&c.file, &c.source, 0o644)?;
             targets.insert(0, c.file.clone());
             Some(c)
         }

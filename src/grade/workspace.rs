@@ -6,6 +6,8 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+use crate::grade::tree::{TreeEntry, parse_ls_tree};
+
 /// One changed path between the base and the head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -30,6 +32,14 @@ impl Workspace {
     /// Clones `source` into a new private directory and checks out `rev` detached.
     /// Fails (as a usage error) when `rev` does not name a commit in `source`.
     pub fn materialize(source: &Path, rev: &str) -> anyhow::Result<Workspace> {
+        let ws = Workspace::clone_of(source, rev)?;
+        ws.checkout()?;
+        Ok(ws)
+    }
+
+    /// Clones `source` into a new private directory without writing any of `rev`'s tree:
+    /// [`Workspace::tree`] can judge it from git's objects before [`Workspace::checkout`].
+    pub fn clone_of(source: &Path, rev: &str) -> anyhow::Result<Workspace> {
         let head = git(
             source,
             &[
@@ -60,18 +70,88 @@ impl Workspace {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
+        Ok(Workspace { dir, repo, head })
+    }
+
+    /// Writes the head's tree into the clone (detached).
+    pub fn checkout(&self) -> anyhow::Result<()> {
         git(
-            &repo,
+            &self.repo,
             &[
                 "-c",
                 "advice.detachedHead=false",
+                "-c",
+                "core.symlinks=true",
                 "checkout",
                 "--quiet",
                 "--detach",
-                &head,
+                &self.head,
             ],
         )?;
-        Ok(Workspace { dir, repo, head })
+        Ok(())
+    }
+
+    /// Every blob, symlink and gitlink of `rev`'s tree, read from git's objects (nothing is
+    /// written); `None` when `rev` is not in the clone.
+    pub fn tree(&self, rev: &str) -> anyhow::Result<Option<Vec<TreeEntry>>> {
+        if !self.has_commit(rev) {
+            return Ok(None);
+        }
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&self.repo)
+            .args(["ls-tree", "-r", "-l", "-z", "--full-tree", rev])
+            .output()
+            .context("cannot run git ls-tree")?;
+        if !out.status.success() {
+            bail!(
+                "git ls-tree {rev} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        parse_ls_tree(&out.stdout)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!(e))
+    }
+
+    /// Writes a file of ours into the work tree at `rel` with `mode`, never through anything
+    /// the submission put there: every folder on the way must be a real folder (not a
+    /// symlink), whatever is at `rel` itself is removed first (a symlink is unlinked, never
+    /// followed), and the file is created anew with `O_NOFOLLOW` and chmod'ed through its
+    /// own descriptor.
+    pub fn plant_file(&self, rel: &str, contents: &str, mode: u32) -> anyhow::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let rel_path = Path::new(rel);
+        let mut dir = self.repo.clone();
+        for part in rel_path.parent().into_iter().flat_map(|p| p.components()) {
+            dir.push(part);
+            let meta = dir
+                .symlink_metadata()
+                .with_context(|| format!("cannot plant {rel}: {} is missing", dir.display()))?;
+            if !meta.file_type().is_dir() {
+                bail!("cannot plant {rel}: {} is not a folder", dir.display());
+            }
+        }
+        let path = self.repo.join(rel_path);
+        match path.symlink_metadata() {
+            Ok(meta) if meta.file_type().is_dir() => std::fs::remove_dir_all(&path),
+            Ok(_) => std::fs::remove_file(&path),
+            Err(_) => Ok(()),
+        }
+        .with_context(|| format!("cannot clear {}", path.display()))?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        file.write_all(contents.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot chmod {}", path.display()))?;
+        Ok(())
     }
 
     /// The private directory holding the clone; everything we write goes below it.
