@@ -45,7 +45,7 @@ fn tasks_power_grades_mutants_and_variants_of_the_example_end_to_end() {
     assert!(v["runs"].as_array().is_some_and(|r| !r.is_empty()));
     let p = &v["power"];
 
-    let files = infradev::suite::power::run::read_probe_files(&support::probes_dir()).unwrap();
+    let files = infradev::task::read_probe_files(&support::probes_dir()).unwrap();
     assert_eq!(
         p["probes_digest"],
         infradev::suite::power::probes_digest(&files)

@@ -337,13 +337,17 @@ fn a_probe_that_passes_only_on_a_rerun_is_flaky_never_a_pass() {
     let subs = work.path().join("subs.jsonl");
     std::fs::write(&subs, lines.join("\n") + "\n").unwrap();
     let out_dir = work.path().join("runs");
-    let out = infradev(scratch.path(), &["run", "--run-id", "f", "--jobs", "2"])
-        .arg("--submissions")
-        .arg(&subs)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    // The variant's probes are not those the example was validated with.
+    let out = infradev(
+        scratch.path(),
+        &["run", "--run-id", "f", "--jobs", "2", "--allow-unvalidated"],
+    )
+    .arg("--submissions")
+    .arg(&subs)
+    .arg("--out")
+    .arg(&out_dir)
+    .output()
+    .unwrap();
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     let dir = out_dir.join("f");
@@ -588,4 +592,63 @@ fn grade_names_close_tasks_missing_checkouts_and_revisions() {
     let (code, out) = grade(TASK, example_repo(), "no-such-rev");
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("`no-such-rev` is not a commit in"), "{out}");
+}
+
+/// A run grades only what was validated: a task whose probes were edited after validation
+/// (here: one probe added) is refused before anything is graded, naming the task and why;
+/// `--allow-unvalidated` grades it and each record's report says what differs.
+#[test]
+fn a_task_whose_probes_changed_since_validation_is_not_graded() {
+    let scratch = scratch_root();
+    add_flaky_variant(scratch.path());
+    let work = tempfile::tempdir().unwrap();
+    let subs = work.path().join("subs.jsonl");
+    std::fs::write(
+        &subs,
+        line(FLAKY_TASK, ("rev", "submission/reference"), "alpha", None) + "\n",
+    )
+    .unwrap();
+    let out = infradev(scratch.path(), &["run", "--run-id", "v"])
+        .arg("--submissions")
+        .arg(&subs)
+        .arg("--out")
+        .arg(work.path().join("runs"))
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains(&format!(
+            "task `{FLAKY_TASK}`: the probes are not those validated"
+        )),
+        "{all}"
+    );
+    assert!(all.contains("--allow-unvalidated"), "{all}");
+    assert!(
+        !work.path().join("runs/v/records").exists()
+            || std::fs::read_dir(work.path().join("runs/v/records"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "nothing was graded"
+    );
+    // A quarantined record is refused the same way, whatever the probes.
+    let record = scratch
+        .path()
+        .join("tasks/example")
+        .join(FLAKY_TASK)
+        .join("validation.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    v["quarantined"] = "the reference is flaky".into();
+    std::fs::write(&record, v.to_string()).unwrap();
+    let out = infradev(scratch.path(), &["run", "--run-id", "q"])
+        .arg("--submissions")
+        .arg(&subs)
+        .arg("--out")
+        .arg(work.path().join("runs"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("quarantined"), "{}", text(&out));
 }

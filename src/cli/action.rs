@@ -448,6 +448,7 @@ async fn grade_pr(root: &Path, args: &ActionArgs, env: &ActionEnv, ctx: &PrConte
         executor: args.sandbox.choice(),
         keep_workdir: false,
         retries: crate::grade::DEFAULT_RETRIES,
+        unvalidated: args.sandbox.unvalidated(),
     };
     match grade_with_progress(&request).await {
         Ok(report) => Found::Graded(Box::new(report)),

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::ValueEnum;
 
 use crate::cli::exit;
-use crate::grade::{ExecutorChoice, GradeError};
+use crate::grade::{ExecutorChoice, GradeError, Unvalidated};
 use crate::task::Registry;
 
 /// An error with the exit code it maps to.
@@ -64,6 +64,10 @@ pub struct SandboxArgs {
     #[arg(long, env = "INFRADEV_RETRIES", default_value_t = crate::grade::DEFAULT_RETRIES,
           value_parser = clap::value_parser!(u32).range(0..=crate::task::MAX_RETRIES as i64))]
     pub retries: u32,
+    /// Grade a task even when it is not what its validation.json validated (other probes,
+    /// other environment layers, quarantined, never validated); the report says so.
+    #[arg(long, env = "INFRADEV_ALLOW_UNVALIDATED")]
+    pub allow_unvalidated: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -75,6 +79,14 @@ pub enum ExecutorKind {
 }
 
 impl SandboxArgs {
+    /// What a grade does with a task that is not what was validated.
+    pub fn unvalidated(&self) -> Unvalidated {
+        match self.allow_unvalidated {
+            true => Unvalidated::Allow,
+            false => Unvalidated::Refuse,
+        }
+    }
+
     pub fn choice(&self) -> ExecutorChoice {
         match self.executor {
             ExecutorKind::Docker => ExecutorChoice::Docker {

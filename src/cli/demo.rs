@@ -64,6 +64,7 @@ pub async fn run(root: &Path, executor: &ExecutorChoice) -> Result<u8, CliError>
             executor: executor.clone(),
             keep_workdir: false,
             retries: crate::grade::DEFAULT_RETRIES,
+            unvalidated: crate::grade::Unvalidated::Refuse,
         };
         let report = grade_with_progress(&request).await?;
         print!("{}", render_summary(&report));

@@ -147,6 +147,7 @@ async fn grade(root: &Path, args: &JobRunArgs) -> ResultBody {
         executor: args.sandbox.choice(),
         keep_workdir: false,
         retries: crate::grade::DEFAULT_RETRIES,
+        unvalidated: args.sandbox.unvalidated(),
     };
     match grade_submission(&request, &|_| {}).await {
         Ok(report) => body.report = Some(report),

@@ -53,6 +53,7 @@ pub async fn run_command(root: &std::path::Path, args: RunArgs) -> Result<u8, Cl
         resume: args.resume,
         executor: args.sandbox.choice(),
         retries: args.sandbox.retries,
+        unvalidated: args.sandbox.unvalidated(),
     };
     let result = run(&opts).await.map_err(|e| match e {
         RunError::Usage(msg) => CliError {

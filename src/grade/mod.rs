@@ -68,6 +68,18 @@ pub struct GradeRequest {
     /// Reruns of a failing test or probe (flake handling) unless the task's manifests set
     /// their own (`[tests] retries`, `retries` in probes.toml).
     pub retries: u32,
+    /// What to do when the task is not what its validation.json validated.
+    pub unvalidated: Unvalidated,
+}
+
+/// What a grade does with a task that is not what validation validated (other probes, other
+/// environment layers, quarantined, never validated): the report says so either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unvalidated {
+    /// Refuse to grade (a task error, never the submission's): `serve`, `run`, `action`.
+    Refuse,
+    /// Grade, and say so in the report: `grade`, and the suite's own tools.
+    Allow,
 }
 
 impl GradeRequest {
@@ -148,6 +160,12 @@ pub async fn grade_submission(
             .map_err(GradeError::Infra)?,
     )
     .with_public(&prompt);
+    let Validated {
+        probes_digest,
+        stamp,
+        problems: mut unvalidated,
+    } = validated(task)?;
+    refuse_unvalidated(req, &unvalidated)?;
     let mut phases = Vec::new();
     let mut tests = Vec::new();
     let mut limitations = Vec::new();
@@ -162,6 +180,9 @@ pub async fn grade_submission(
             limitations = e.limitations();
             executor_name = e.name();
             images = e.images();
+            let tags: Vec<String> = images.iter().map(|(tag, _)| tag.clone()).collect();
+            unvalidated.extend(crate::task::image_problems(stamp.as_ref(), &tags));
+            refuse_unvalidated(req, &unvalidated)?;
         }
         let run_id: &str = run.insert(new_run_id());
         for phase in [Phase::Tests, Phase::Probes] {
@@ -256,6 +277,10 @@ pub async fn grade_submission(
             .map(|(tag, id)| crate::grade::report::ImageRef { tag, id })
             .collect(),
         run_id: run,
+        provenance: Some(crate::grade::report::Provenance {
+            probes_digest,
+            unvalidated,
+        }),
     };
     redactor.redact_report(&mut report);
     if req.keep_workdir {
@@ -263,6 +288,44 @@ pub async fn grade_submission(
         tracing::info!(workdir = %kept.display(), "kept the work dir");
     }
     Ok(report)
+}
+
+/// A task's probes against its validation.json, before anything is graded.
+pub struct Validated {
+    /// The digest of the probe files on disk.
+    pub probes_digest: String,
+    pub stamp: Option<crate::task::ValidationStamp>,
+    /// Why grading the task now would not be grading what was validated; empty when it would.
+    pub problems: Vec<String>,
+}
+
+/// Reads the task's probes and validation.json: whether it would be graded as validated.
+pub fn validated(task: &Task) -> Result<Validated, GradeError> {
+    let probes_digest = crate::task::probes_digest(
+        &crate::task::read_probe_files(&task.probes.dir)
+            .with_context(|| format!("cannot read {}", task.probes.dir.display()))
+            .map_err(GradeError::Infra)?,
+    );
+    let stamp = crate::task::read_stamp(task).map_err(|e| GradeError::Task(anyhow::anyhow!(e)))?;
+    let problems = crate::task::stamp_problems(stamp.as_ref(), &probes_digest);
+    Ok(Validated {
+        probes_digest,
+        stamp,
+        problems,
+    })
+}
+
+/// Stops a grade of a task that is not what was validated, unless the request allows it.
+fn refuse_unvalidated(req: &GradeRequest, problems: &[String]) -> Result<(), GradeError> {
+    if req.unvalidated == Unvalidated::Allow || problems.is_empty() {
+        return Ok(());
+    }
+    Err(GradeError::Task(anyhow::anyhow!(
+        "task `{}` is not graded as it was validated: {} (validate it again, or allow \
+         unvalidated tasks: --allow-unvalidated, or `allow_unvalidated = true` in [worker])",
+        req.task.id,
+        problems.join("; ")
+    )))
 }
 
 /// A grade's sandbox run id: every container and network it makes is labelled with it.
@@ -374,6 +437,7 @@ pub fn report_unapplied(
             .collect(),
         images: Vec::new(),
         run_id: None,
+        provenance: None,
     }
 }
 

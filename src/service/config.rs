@@ -187,6 +187,11 @@ pub struct WorkerConfig {
     /// before their jobs are handed back to the queue.
     #[serde(default = "default_drain_grace_s")]
     pub drain_grace_s: u64,
+    /// Grade tasks that are not what their validation.json validated (other probes, other
+    /// environment layers, quarantined, never validated). Off: such a job ends as our error
+    /// (a neutral check run), never as the agent's failure.
+    #[serde(default)]
+    pub allow_unvalidated: bool,
 }
 
 fn default_drain_grace_s() -> u64 {
@@ -207,6 +212,7 @@ impl Default for WorkerConfig {
             wheels: None,
             retries: default_retries(),
             drain_grace_s: default_drain_grace_s(),
+            allow_unvalidated: false,
         }
     }
 }

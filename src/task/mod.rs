@@ -7,6 +7,7 @@ mod power;
 mod probes;
 mod registry;
 mod reject;
+mod validation;
 
 pub use error::ManifestError;
 pub use limits::{MAX_RETRIES, MAX_WORLD_SIZE};
@@ -20,3 +21,7 @@ pub use power::{
 pub use probes::{Budget, Probe, ProbeSet, load_probes};
 pub use registry::{CheckProblem, Registry, check_task};
 pub use reject::Reject;
+pub use validation::{
+    VALIDATION_FILE, ValidationStamp, image_problems, probes_digest, read_probe_files, read_stamp,
+    stamp_problems,
+};

@@ -46,6 +46,8 @@ pub struct World {
     /// `[worker] drain_grace_s`: how long a stopping service lets running grades finish.
     pub drain_grace_s: u64,
     pub redeliver: bool,
+    /// `[worker] allow_unvalidated`: grade tasks that are not what validation validated.
+    pub allow_unvalidated: bool,
     /// tasks/, probes/ and runners/ the service reads.
     pub root: PathBuf,
     /// The address the service listens on.
@@ -140,6 +142,7 @@ impl World {
             lease_s: 600,
             drain_grace_s: 60,
             redeliver: false,
+            allow_unvalidated: false,
             root: super::root(),
             listen: "127.0.0.1:0".into(),
             extra_config: String::new(),
@@ -170,6 +173,7 @@ url = "{store}"
 [worker]
 lease_s = {lease}
 drain_grace_s = {grace}
+allow_unvalidated = {allow_unvalidated}
 [reconcile]
 interval_s = 1
 redeliver_failed = {redeliver}
@@ -189,6 +193,7 @@ max_backoff_s = 1
             store = self.store_url,
             lease = self.lease_s,
             grace = self.drain_grace_s,
+            allow_unvalidated = self.allow_unvalidated,
             redeliver = self.redeliver,
         )
     }

@@ -46,6 +46,8 @@ pub struct RunOptions {
     pub executor: ExecutorChoice,
     /// Reruns of a failing test or probe unless a task sets its own (flake handling).
     pub retries: u32,
+    /// What a grade does with a task that is not what was validated.
+    pub unvalidated: crate::grade::Unvalidated,
 }
 
 /// Why a run did not start: bad input (usage, exit 2) or our side (infra, exit 3).
@@ -235,6 +237,27 @@ pub fn check_rev(repo: &Path, rev: &str) -> Result<(), String> {
 fn records_dir(dir: &Path) -> PathBuf {
     dir.join("submissions")
 }
+/// A run grades only what was validated: every task's probes and record are checked before
+/// any grade starts, and each one that differs is named (or `--allow-unvalidated`).
+fn refuse_unvalidated(tasks: &BTreeMap<String, Task>) -> Result<(), RunError> {
+    let mut problems = Vec::new();
+    for (id, task) in tasks {
+        let checked = crate::grade::validated(task).map_err(|e| match e {
+            crate::grade::GradeError::Infra(e) => RunError::Infra(e),
+            other => RunError::Usage(format!("task `{id}`: {other}")),
+        })?;
+        problems.extend(checked.problems.iter().map(|p| format!("task `{id}`: {p}")));
+    }
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(RunError::Usage(format!(
+            "{}
+these tasks are not graded as they were validated: validate them again \
+             (`infradev tasks validate`), or pass --allow-unvalidated",
+            problems.join("\n")
+        ))),
+    }
+}
 
 fn record_path(dir: &Path, key: &str) -> PathBuf {
     records_dir(dir).join(format!("{key}.json"))
@@ -249,6 +272,9 @@ pub async fn run(opts: &RunOptions) -> Result<RunResult, RunError> {
             "--run-id {:?}: use 1-100 letters, digits, `.`, `_` or `-`",
             opts.run_id
         )));
+    }
+    if opts.unvalidated == crate::grade::Unvalidated::Refuse {
+        refuse_unvalidated(&tasks)?;
     }
     let dir = opts.out.join(&opts.run_id);
     let infra = |e: anyhow::Error| RunError::Infra(e);
@@ -300,7 +326,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunResult, RunError> {
             dir.clone(),
             lib.clone(),
             opts.executor.clone(),
-            opts.retries,
+            (opts.retries, opts.unvalidated),
         );
         set.spawn(async move {
             let _permit = semaphore.acquire_owned().await;
@@ -383,7 +409,7 @@ async fn grade_one(
     task: &Task,
     lib: &Path,
     executor: &ExecutorChoice,
-    retries: u32,
+    (retries, unvalidated): (u32, crate::grade::Unvalidated),
 ) -> Outcome {
     let repo_label = s.repo.display().to_string();
     let prepared = match &s.change {
@@ -423,6 +449,7 @@ async fn grade_one(
         executor: executor.clone(),
         keep_workdir: false,
         retries,
+        unvalidated,
     };
     match grade_submission(&request, &|_| {}).await {
         Ok(mut report) => {

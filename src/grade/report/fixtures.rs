@@ -119,6 +119,10 @@ fn report(
         ]),
         images: Vec::new(),
         run_id: apply_error.is_none().then(|| "3f2a9c1b7d4e".into()),
+        provenance: apply_error.is_none().then(|| super::Provenance {
+            probes_digest: "sha256:5d8e0c2a7b41".into(),
+            unvalidated: Vec::new(),
+        }),
     };
     Redactor::from_sources(&[("test_state.py".into(), PROBE_SOURCE.into())])
         .redact_report(&mut report);

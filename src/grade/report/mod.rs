@@ -50,6 +50,21 @@ pub struct Report {
     /// another grade's on the same host. None when nothing ran (the change did not apply).
     #[serde(default)]
     pub run_id: Option<String>,
+    /// Whether the grade used what the task's validation.json validated: the probes' digest,
+    /// and why it did not (operators see this; `serve`, `run` and `action` refuse such a grade
+    /// unless told to allow it). None when nothing was checked (the change did not apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+}
+
+/// What a grade used, against what validation validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// `sha256:…` over the probe files graded (path, length, bytes; `task::probes_digest`).
+    pub probes_digest: String,
+    /// Why this is not a grade of what was validated; empty when it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unvalidated: Vec<String>,
 }
 
 /// One image a grade ran in.

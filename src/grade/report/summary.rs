@@ -103,6 +103,9 @@ fn provenance(out: &mut String, report: &Report) {
     for limit in &report.executor_limits {
         let _ = writeln!(out, "  limit     {limit}");
     }
+    for why in report.provenance.iter().flat_map(|p| &p.unvalidated) {
+        let _ = writeln!(out, "unvalidated {}", one_line(why));
+    }
     for flag in &report.flags {
         let _ = writeln!(out, "flagged     {}: {}", flag.path, flag.reason);
     }

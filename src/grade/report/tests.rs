@@ -432,7 +432,10 @@ fn json_build_failure() {
         "test_mem.py::test_history_is_bounded": "Optimizer history stays under 32 MB.",
         "test_state.py::test_resume_restores_step_count": "A resumed optimizer continues from the saved step count."
       },
-      "run_id": "3f2a9c1b7d4e"
+      "run_id": "3f2a9c1b7d4e",
+      "provenance": {
+        "probes_digest": "sha256:5d8e0c2a7b41"
+      }
     }
     "#);
 }

@@ -228,6 +228,10 @@ impl Service {
                 web_url: config.github.web_url.clone(),
                 executor: executor.clone(),
                 retries: config.worker.retries,
+                unvalidated: match config.worker.allow_unvalidated {
+                    true => crate::grade::Unvalidated::Allow,
+                    false => crate::grade::Unvalidated::Refuse,
+                },
                 lease: Duration::from_secs(config.worker.lease_s),
                 owner: format!(
                     "{host}/{}/{}/{slot}",

@@ -48,6 +48,8 @@ pub struct Worker {
     pub executor: ExecutorChoice,
     /// Reruns of a failing test or probe unless the task sets its own (`[worker] retries`).
     pub retries: u32,
+    /// What a grade does with a task that is not what was validated (`[worker] allow_unvalidated`).
+    pub unvalidated: crate::grade::Unvalidated,
     pub lease: Duration,
     /// This worker's lease owner name (host, process, slot).
     pub owner: String,
@@ -182,6 +184,7 @@ impl Worker {
             executor: self.executor.clone(),
             keep_workdir: false,
             retries: self.retries,
+            unvalidated: self.unvalidated,
         };
         match grade_submission(&request, &|_| {}).await {
             Ok(report) => Ok(report),

@@ -453,6 +453,18 @@ fn operator_part(h: &mut Html, p: &GradePage) {
         }
         h.raw("</table>");
     }
+    if let Some(p) = &r.provenance {
+        h.raw("<p>Probes graded: <code>")
+            .text(&p.probes_digest)
+            .raw("</code></p>");
+        if !p.unvalidated.is_empty() {
+            h.raw("<p>Not graded as the task was validated:</p><ul>");
+            for why in &p.unvalidated {
+                h.raw("<li>").text(why).raw("</li>");
+            }
+            h.raw("</ul>");
+        }
+    }
     if !r.executor_limits.is_empty() {
         h.raw("<p>This executor could not guarantee:</p><ul>");
         for l in &r.executor_limits {

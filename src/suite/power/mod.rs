@@ -13,12 +13,11 @@ pub mod run;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::grading::Outcome;
 pub use crate::task::Scope;
 
-pub use crate::task::DEFAULT_THRESHOLD;
+pub use crate::task::{DEFAULT_THRESHOLD, probes_digest, read_probe_files};
 /// The probe workloads every candidate is judged on. Seed 0 is the workload of every real
 /// grade (probes read no seed then); seed 1 is a second workload, for the equivalence check.
 pub const SEEDS: [u32; 2] = [0, 1];
@@ -361,21 +360,6 @@ pub fn kill_rate(statuses: &[Status]) -> Option<f64> {
     let killed = statuses.iter().filter(|s| **s == Status::Killed).count();
     let survived = statuses.iter().filter(|s| **s == Status::Survived).count();
     (killed + survived > 0).then(|| killed as f64 / (killed + survived) as f64)
-}
-
-/// SHA-256 over every probe file (relative path, length, bytes), in path order: a record
-/// computed against other probes no longer holds.
-pub fn probes_digest(files: &[(String, Vec<u8>)]) -> String {
-    let mut sorted: Vec<&(String, Vec<u8>)> = files.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut h = Sha256::new();
-    for (path, bytes) in sorted {
-        h.update(path.as_bytes());
-        h.update([0]);
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    }
-    format!("sha256:{}", hex::encode(h.finalize()))
 }
 
 /// The reference-side line ranges of each file's hunks in a `git diff -U0` (pure deletions

@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use super::{
     Candidate, Counts, Evidence, Kind, MutantRecord, Outcomes, PowerRecord, SEED_ENV, SEEDS, Site,
     Status, VariantRecord, VariantStatus, changed_ranges, judge_mutant, judge_variant, kill_rate,
-    operator_counts, percent, probes_digest, select,
+    operator_counts, percent, probes_digest, read_probe_files, select,
 };
 use crate::grade::{ExecutorChoice, GradeRequest, grade_submission};
 use crate::grading::{Expectation, Verdict};
@@ -52,29 +52,6 @@ impl PowerOptions {
             None => task.dir.join(VALIDATION_FILE),
         }
     }
-}
-
-/// Reads every file under the probe directory as (relative path, bytes), for the digest.
-pub fn read_probe_files(dir: &Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            if name == "__pycache__" || name.ends_with(".pyc") {
-                continue;
-            }
-            if path.is_dir() {
-                walk(root, &path, out)?;
-            } else {
-                let rel = path.strip_prefix(root).unwrap_or(&path);
-                out.push((rel.to_string_lossy().into_owned(), std::fs::read(&path)?));
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out)?;
-    Ok(out)
 }
 
 /// The candidates of a task's reference change, from runners/tasks/mutate.py.
@@ -163,6 +140,7 @@ async fn grade_step(
         // A mutant is graded once: power counts kills, and a rerun per failure would
         // multiply the cost of every killed mutant.
         retries: 0,
+        unvalidated: crate::grade::Unvalidated::Allow,
     };
     let report = grade_submission(&request, &|_| {}).await?;
     if report.grade.verdict == Verdict::Error {

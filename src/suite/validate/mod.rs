@@ -39,7 +39,7 @@ use crate::suite::git::git;
 use crate::task::{Reject, Task};
 
 /// The file written beside task.toml.
-pub const VALIDATION_FILE: &str = "validation.json";
+pub use crate::task::VALIDATION_FILE;
 const SCHEMA_VERSION: u32 = 1;
 
 /// How to validate.
@@ -79,6 +79,10 @@ pub struct Validation {
     /// RFC 3339, UTC.
     pub validated_at: String,
     pub ok: bool,
+    /// The digest of the probes graded (`task::probes_digest`): a grade with other probes is
+    /// not grading what was validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes_digest: Option<String>,
     pub source: SourceRecord,
     /// Each environment layer: the tag and the image id, base first.
     pub images: Vec<ImageRecord>,
@@ -194,6 +198,7 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
             },
             keep_workdir: false,
             retries: opts.retries,
+            unvalidated: crate::grade::Unvalidated::Allow,
         };
         let report = grade_submission(&request, &|_| {})
             .await
@@ -238,12 +243,17 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
     if let Some(why) = &quarantined {
         eprintln!("validate {}: quarantined: {why}", task.id);
     }
+    let probes_digest = crate::task::probes_digest(
+        &crate::task::read_probe_files(&task.probes.dir)
+            .with_context(|| format!("cannot read {}", task.probes.dir.display()))?,
+    );
     let validation = Validation {
         schema_version: SCHEMA_VERSION,
         task: task.id.clone(),
         infradev_version: env!("CARGO_PKG_VERSION").to_owned(),
         validated_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         ok: checks.iter().all(|c| c.ok),
+        probes_digest: Some(probes_digest),
         source: source.record,
         images: image
             .layers
