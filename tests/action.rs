@@ -124,6 +124,18 @@ async fn step(
     token: Option<&str>,
     args: &[&str],
 ) -> Step {
+    step_env(fake, event_name, payload, token, args, &[]).await
+}
+
+/// [`step`] with more environment variables.
+async fn step_env(
+    fake: &FakeGitHub,
+    event_name: &str,
+    payload: &Value,
+    token: Option<&str>,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Step {
     let dir = tempfile::tempdir().unwrap();
     let event_path = dir.path().join("event.json");
     std::fs::write(&event_path, serde_json::to_vec_pretty(payload).unwrap()).unwrap();
@@ -138,7 +150,14 @@ async fn step(
     }
     cmd.arg("--root")
         .arg(support::root())
-        .args(["action", "--executor", "docker", "--report-path"])
+        .arg("action")
+        .args(
+            (!args.contains(&"--executor"))
+                .then_some(["--executor", "docker"])
+                .into_iter()
+                .flatten(),
+        )
+        .arg("--report-path")
         .arg(&report)
         .args(args)
         .env("GITHUB_EVENT_NAME", event_name)
@@ -152,6 +171,7 @@ async fn step(
     if let Some(token) = token {
         cmd.env("INFRADEV_GITHUB_TOKEN", token);
     }
+    cmd.envs(env.iter().copied());
     let out = cmd.output().await.expect("run infradev action");
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     Step {
@@ -210,7 +230,7 @@ async fn resolved_posts_a_successful_check_and_one_sticky_comment() {
     let head = rev("submission/reference");
     let step = step(
         &fake,
-        "pull_request",
+        "pull_request_target",
         &event(&head, &task_base(), false),
         Some(&token),
         &["--probes", &probes()],
@@ -252,7 +272,7 @@ async fn unresolved_annotates_and_fails_the_step_without_leaking_probes() {
     let head = rev("submission/wrong");
     let step = step(
         &fake,
-        "pull_request",
+        "pull_request_target",
         &event(&head, &task_base(), false),
         Some(&token),
         &["--probes", &probes(), "--fail-on", "unresolved"],
@@ -299,7 +319,7 @@ async fn step_with(fake: &FakeGitHub, token: &str, head: &str, extra: &[&str]) -
     args.extend_from_slice(extra);
     step(
         fake,
-        "pull_request",
+        "pull_request_target",
         &event(head, &task_base(), false),
         Some(token),
         &args,
@@ -318,7 +338,7 @@ async fn an_infra_error_is_neutral_and_exits_3() {
     let head = rev("submission/reference");
     let step = step(
         &fake,
-        "pull_request",
+        "pull_request_target",
         &event(&head, "main", false),
         Some(&token),
         &[
@@ -355,7 +375,7 @@ async fn a_pr_that_names_no_task_is_not_a_task() {
     let head = rev("submission/reference");
     let step = step(
         &fake,
-        "pull_request",
+        "pull_request_target",
         &event(&head, "main", false),
         Some(&token),
         &["--probes", &probes()],
@@ -386,7 +406,7 @@ async fn a_pr_that_names_no_task_is_not_a_task() {
     );
     let step = self::step(
         &fake,
-        "pull_request",
+        "pull_request_target",
         &event(&head, "infradev/no-such-task", false),
         Some(&token),
         &[],
@@ -406,8 +426,10 @@ async fn a_pr_that_names_no_task_is_not_a_task() {
     fake.assert_no_violations();
 }
 
+/// A fork's pull request is graded and reported like any other: `pull_request_target` gives
+/// the base branch's workflow a write token, and the fork's code only runs in the sandbox.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_fork_pr_only_writes_the_summary() {
+async fn a_fork_pr_gets_the_check_run_and_the_comment() {
     if !support::docker_ready() {
         return;
     }
@@ -415,7 +437,7 @@ async fn a_fork_pr_only_writes_the_summary() {
     let head = rev("submission/wrong");
     let step = step(
         &fake,
-        "pull_request",
+        "pull_request_target",
         &event(&head, &task_base(), true),
         Some(&token),
         &["--probes", &probes()],
@@ -424,11 +446,10 @@ async fn a_fork_pr_only_writes_the_summary() {
     let why = step.explain();
     assert_eq!(step.code, 1, "{why}");
     assert_eq!(step.output("verdict"), "unresolved", "{why}");
-    assert!(step.summary.contains("read-only token"), "{why}");
     assert!(step.summary.contains("| failure category |"), "{why}");
-    assert!(!step.errors().is_empty(), "{why}");
-    assert_eq!(writes(&fake), Vec::<String>::new());
-    assert!(fake.check_runs(REPO_FULL).is_empty());
+    let runs = fake.check_runs(REPO_FULL);
+    assert_eq!(runs.len(), 1, "{why}");
+    assert_eq!(runs[0].conclusion.as_deref(), Some("failure"));
     assert_no_canary(&fake, &step);
     fake.assert_no_violations();
 }
@@ -439,7 +460,7 @@ async fn a_missing_probe_directory_is_a_usage_error() {
     let head = rev("submission/reference");
     let step = step(
         &fake,
-        "pull_request",
+        "pull_request_target",
         &event(&head, &task_base(), false),
         Some(&token),
         &["--probes", "/nonexistent"],
@@ -461,7 +482,7 @@ async fn a_missing_probe_directory_is_a_usage_error() {
     // Under `--fail-on never` the step passes and the output still says so.
     let step = self::step(
         &fake,
-        "pull_request",
+        "pull_request_target",
         &event(&head, &task_base(), false),
         Some(&token),
         &["--probes", "/nonexistent", "--fail-on", "never"],
@@ -471,19 +492,54 @@ async fn a_missing_probe_directory_is_a_usage_error() {
     assert_eq!(step.output("verdict"), "error");
 }
 
+/// Under `pull_request`, GitHub runs the pull request's own version of the workflow (with the
+/// repository's secrets for a same-repository PR): a PR that rewrites the workflow reads
+/// whatever fetched the probes. The step refuses that event, a workflow taken from a PR ref,
+/// and the local executor (which would run PR code beside the probes on the runner).
 #[tokio::test(flavor = "multi_thread")]
-async fn pull_request_target_is_refused() {
+async fn setups_that_cannot_hide_the_probes_are_refused() {
     let (fake, token) = github().await;
     let head = rev("submission/reference");
-    let step = step(
+    let event = event(&head, &task_base(), false);
+    let probes = probes();
+    let refused = [
+        (
+            "pull_request",
+            vec!["--probes", probes.as_str()],
+            "pull_request_target",
+        ),
+        (
+            "pull_request_target",
+            vec!["--probes", probes.as_str(), "--executor", "local"],
+            "Docker executor only",
+        ),
+    ];
+    for (event_name, args, says) in refused {
+        let step = step(&fake, event_name, &event, Some(&token), &args).await;
+        assert_eq!(step.code, 2, "{event_name}: {}", step.explain());
+        assert!(
+            step.summary.contains(says),
+            "{event_name}: {}",
+            step.explain()
+        );
+    }
+    let step = step_env(
         &fake,
         "pull_request_target",
-        &event(&head, &task_base(), false),
+        &event,
         Some(&token),
-        &["--probes", &probes()],
+        &["--probes", &probes],
+        &[(
+            "GITHUB_WORKFLOW_REF",
+            "infradev-mirrors/minicache/.github/workflows/infradev.yml@refs/pull/7/merge",
+        )],
     )
     .await;
     assert_eq!(step.code, 2, "{}", step.explain());
-    assert!(step.summary.contains("pull_request_target"));
+    assert!(
+        step.summary.contains("pull request ref"),
+        "{}",
+        step.explain()
+    );
     assert_eq!(writes(&fake), Vec::<String>::new());
 }

@@ -33,6 +33,8 @@ use crate::task::{Gpus, Registry, Task};
 
 /// The only event the step grades.
 const PULL_REQUEST: &str = "pull_request";
+/// The only event the step grades: the base branch's workflow, with the pull request as data.
+const PULL_REQUEST_TARGET: &str = "pull_request_target";
 /// Default API URL when `GITHUB_API_URL` is unset.
 const DEFAULT_API_URL: &str = "https://api.github.com";
 /// Most annotations printed; GitHub shows only the first few of a step anyway.
@@ -98,6 +100,9 @@ pub struct ActionEnv {
     pub step_summary: Option<PathBuf>,
     pub output: Option<PathBuf>,
     pub runner_temp: Option<PathBuf>,
+    /// `GITHUB_WORKFLOW_REF`: `owner/repo/.github/workflows/x.yml@<ref>`, the ref the running
+    /// workflow file was taken from.
+    pub workflow_ref: Option<String>,
     /// `GITHUB_SERVER_URL/GITHUB_REPOSITORY/actions/runs/GITHUB_RUN_ID`, when all are set.
     pub run_url: Option<String>,
 }
@@ -126,6 +131,7 @@ impl ActionEnv {
             step_summary: path("GITHUB_STEP_SUMMARY"),
             output: path("GITHUB_OUTPUT"),
             runner_temp: path("RUNNER_TEMP"),
+            workflow_ref: var("GITHUB_WORKFLOW_REF"),
             run_url,
         }
     }
@@ -307,6 +313,42 @@ pub async fn run_with(root: &Path, args: ActionArgs, env: &ActionEnv) -> u8 {
     args.fail_on.filter(natural)
 }
 
+/// Whether this run can keep the hidden probes from the pull request (docs/github-action.md,
+/// "Security rules"). Under `pull_request`, GitHub runs the pull request's own version of the
+/// workflow, with the repository's secrets for a same-repository PR: whatever fetched the
+/// probes before this step could have been rewritten to print them. Under
+/// `pull_request_target` the workflow is the base branch's, which the PR cannot change; the
+/// PR's code then runs only in the Docker sandbox (the local executor would run it on this
+/// runner, beside the probes and the runner's own files).
+fn safe_setup(args: &ActionArgs, env: &ActionEnv) -> anyhow::Result<()> {
+    if env.event_name.as_deref() == Some(PULL_REQUEST) {
+        anyhow::bail!(
+            "`infradev action` does not run under `pull_request`: GitHub runs the pull \
+             request's own version of the workflow there (with the repository's secrets for a \
+             same-repository pull request), so the hidden probes are not hidden from it. Trigger \
+             the workflow on `pull_request_target`, which runs the base branch's workflow, and \
+             never run the pull request's code outside this step (docs/github-action.md)"
+        );
+    }
+    if let Some(workflow) = &env.workflow_ref
+        && workflow.contains("@refs/pull/")
+    {
+        anyhow::bail!(
+            "this workflow was taken from a pull request ref ({}), which the pull request can \
+             change: run InfraDev from a workflow of the base branch (`pull_request_target`)",
+            crate::grade::report::safe_path(workflow)
+        );
+    }
+    if args.sandbox.executor == crate::cli::common::ExecutorKind::Local {
+        anyhow::bail!(
+            "`infradev action` grades with the Docker executor only: the local executor would \
+             run the pull request's code on this runner, beside the hidden probes and the \
+             runner's own files"
+        );
+    }
+    Ok(())
+}
+
 /// Reads the event, finds the task and grades. Returns the PR when there is one to report on.
 async fn find_and_grade(
     root: &Path,
@@ -315,22 +357,16 @@ async fn find_and_grade(
 ) -> (Found, Option<PrContext>) {
     let failed = |code: u8, error: anyhow::Error| Found::Failed { code, error };
     let usage = |error: anyhow::Error| failed(exit::USAGE_OR_TASK, error);
+    if let Err(e) = safe_setup(args, env) {
+        return (usage(e), None);
+    }
     match env.event_name.as_deref() {
-        Some(PULL_REQUEST) => {}
-        Some("pull_request_target") => {
-            return (
-                usage(anyhow::anyhow!(
-                    "`infradev action` does not run under `pull_request_target`: that event \
-                     gives the workflow a write token and secrets, so it must not check out and \
-                     grade pull request code (docs/github-action.md); trigger on `pull_request`"
-                )),
-                None,
-            );
-        }
+        Some(PULL_REQUEST_TARGET) => {}
         Some(other) => {
             return (
                 usage(anyhow::anyhow!(
-                    "`infradev action` grades `pull_request` events; this run is a `{other}` event"
+                    "`infradev action` grades `pull_request_target` events; this run is a \
+                     `{other}` event"
                 )),
                 None,
             );
@@ -485,17 +521,6 @@ fn apply_gpus(task: &mut Task, gpus: Option<&str>) {
 
 /// Whether the step may write to GitHub, and with which client.
 fn writes(args: &ActionArgs, env: &ActionEnv, ctx: &PrContext) -> Writes {
-    if ctx.pr.is_fork_of(&ctx.repo) {
-        return Writes::Skipped(format!(
-            "This pull request comes from a fork ({}), and GitHub gives a `pull_request` run from \
-             a fork a read-only token, so InfraDev posted no check run and no comment: this \
-             summary is the report.",
-            ctx.pr
-                .head_repo_full_name
-                .as_deref()
-                .unwrap_or("a deleted repository")
-        ));
-    }
     let Some(token) = args.token.as_deref().filter(|t| !t.is_empty()) else {
         return Writes::Skipped(
             "No GitHub token was given, so InfraDev posted no check run and no comment: this \
