@@ -8,6 +8,11 @@
 //! the canaries (which run first) and a test reported twice with different outcomes (frames
 //! forged beside the plugin's).
 //!
+//! The canary file imports what the first official test module imports (each import in its
+//! own `try`, so an import the submission broke does not stop the canaries): code that flips
+//! results only in modules that import something (a module shadowing a dependency, a hook on
+//! an import) flips the canaries too.
+//!
 //! What canaries cannot catch: code that rewrites only the official tests' reports inside
 //! the process and runs everything else honestly. The official phase is evidence; the probes,
 //! which run where the submission cannot reach, decide.
@@ -33,8 +38,9 @@ pub struct Canaries {
 }
 
 impl Canaries {
-    /// Canaries for one run, from 128 random bits, beside `first_test_file`.
-    pub fn new(seed: u128, first_test_file: &str) -> Canaries {
+    /// Canaries for one run, from 128 random bits, beside `first_test_file`, importing what
+    /// `first_module` (that file's text) imports at its top level.
+    pub fn new(seed: u128, first_test_file: &str, first_module: &str) -> Canaries {
         let mut bits = seed;
         let mut next = |n: usize| {
             let v = (bits % n as u128) as usize;
@@ -58,7 +64,8 @@ impl Canaries {
             format!("{dir}/{file_name}")
         };
         let source = format!(
-            "def {must_pass}():\n    assert sum(range({n})) == {right}\n\n\ndef {must_fail}():\n    assert sum(range({n})) == {wrong}\n",
+            "{imports}def {must_pass}():\n    assert sum(range({n})) == {right}\n\n\ndef {must_fail}():\n    assert sum(range({n})) == {wrong}\n",
+            imports = guarded_imports(first_module),
             right = n * (n - 1) / 2,
         );
         Canaries {
@@ -105,6 +112,36 @@ impl Canaries {
     }
 }
 
+/// The top-level `import` and `from … import` statements of a module, each wrapped in its own
+/// `try` (`from __future__` ones left out: they must open a file).
+fn guarded_imports(module: &str) -> String {
+    let mut out = String::new();
+    let mut lines = module.lines();
+    while let Some(line) = lines.next() {
+        if !(line.starts_with("import ") || line.starts_with("from "))
+            || line.contains("__future__")
+        {
+            continue;
+        }
+        let mut statement = line.trim_end().to_owned();
+        // A parenthesised or continued import goes on until its parenthesis closes.
+        let open = |s: &str| s.matches('(').count() > s.matches(')').count() || s.ends_with('\\');
+        while open(&statement) {
+            let Some(next) = lines.next() else { break };
+            statement.push('\n');
+            statement.push_str(next.trim_end());
+        }
+        let indented = statement.replace('\n', "\n    ");
+        out.push_str(&format!(
+            "try:\n    {indented}\nexcept BaseException:\n    pass\n"
+        ));
+    }
+    if !out.is_empty() {
+        out.push_str("\n\n");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,19 +158,31 @@ mod tests {
 
     #[test]
     fn canaries_differ_per_run_and_sit_beside_the_official_tests() {
-        let a = Canaries::new(1, "tests/v1/test_x.py");
-        let b = Canaries::new(u128::MAX / 3, "tests/v1/test_x.py");
+        let a = Canaries::new(1, "tests/v1/test_x.py", "");
+        let b = Canaries::new(u128::MAX / 3, "tests/v1/test_x.py", "");
         assert!(a.file.starts_with("tests/v1/test_") && a.file.ends_with(".py"));
         assert_ne!((&a.must_pass, &a.source), (&b.must_pass, &b.source));
         assert_ne!(a.must_pass, a.must_fail);
         assert!(a.source.contains(&format!("def {}():", a.must_fail)));
         assert!(!a.source.to_lowercase().contains("canary"));
-        assert!(!Canaries::new(7, "test_top.py").file.contains('/'));
+        assert!(!Canaries::new(7, "test_top.py", "").file.contains('/'));
+    }
+
+    #[test]
+    fn canaries_import_what_the_official_module_imports() {
+        let module = "from __future__ import annotations\nimport os\nimport torch.nn as nn\n\
+                      from pkg.mod import (\n    a,\n    b,\n)\n\ndef test_x():\n    import json\n";
+        let c = Canaries::new(5, "tests/test_x.py", module);
+        let expected = "try:\n    import os\nexcept BaseException:\n    pass\n\
+                        try:\n    import torch.nn as nn\nexcept BaseException:\n    pass\n\
+                        try:\n    from pkg.mod import (\n        a,\n        b,\n    )\nexcept BaseException:\n    pass\n\n\n";
+        assert!(c.source.starts_with(expected), "{}", c.source);
+        assert!(!c.source.contains("__future__") && !c.source.contains("json"));
     }
 
     #[test]
     fn a_contradicted_canary_is_tampering() {
-        let c = Canaries::new(42, "tests/test_x.py");
+        let c = Canaries::new(42, "tests/test_x.py", "");
         let id = |n: &str| format!("{}::{n}", c.file);
         let ok = SandboxEnd::default();
         let honest = results(&[(&id(&c.must_pass), "passed"), (&id(&c.must_fail), "failed")]);

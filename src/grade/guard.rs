@@ -54,6 +54,41 @@ pub fn inspect(change: &Change, base: Option<&str>, head: Option<&str>) -> Optio
     })
 }
 
+/// Whether a file the head adds is a module that would shadow one of the image's (the
+/// standard library, pytest and what it imports): the repository is on `sys.path`, at its root
+/// and (pytest's `prepend` import mode) in every folder that holds an official test file, so
+/// `json.py` there is imported instead of the standard library's by whatever imports `json`
+/// after it. `dirs` are those folders, relative to the repository (`""` for its root).
+pub fn shadowing(change: &Change, dirs: &[&str]) -> Option<GuardFlag> {
+    let path = change.path.as_str();
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    // A package: `<dir>/<name>/__init__.py` shadows `<name>` from `<dir>`.
+    let (dir, module) = match (name, dir.rsplit_once('/')) {
+        ("__init__.py", Some((parent, package))) => (parent, package),
+        ("__init__.py", None) if !dir.is_empty() => ("", dir),
+        _ => {
+            let stem = name.split('.').next().unwrap_or(name);
+            let importable = [".py", ".pyc", ".so"].iter().any(|e| name.ends_with(e));
+            if !importable {
+                return None;
+            }
+            (dir, stem)
+        }
+    };
+    if !dirs.contains(&dir) {
+        return None;
+    }
+    let shadowed = crate::grade::shadow::STDLIB.contains(&module)
+        || crate::grade::shadow::INSTALLED.contains(&module);
+    shadowed.then(|| GuardFlag {
+        path: change.path.clone(),
+        reason: format!(
+            "a module named `{module}` here is imported instead of the installed one (the \
+             standard library's or pytest's)"
+        ),
+    })
+}
+
 /// The first of `headers` whose section text differs between base and head.
 fn section_changed(base: Option<&str>, head: Option<&str>, headers: &[&str]) -> Option<String> {
     headers
@@ -110,6 +145,30 @@ fn plugin_hooks_added(base: Option<&str>, head: Option<&str>) -> Option<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn added_modules_that_shadow_installed_ones_are_flagged() {
+        let dirs = ["", "tests"];
+        let added = |path: &str| Change {
+            status: 'A',
+            path: path.to_owned(),
+        };
+        for (path, flagged) in [
+            ("json.py", true),
+            ("iniconfig.py", true),
+            ("pluggy/__init__.py", true),
+            ("tests/inspect.py", true),
+            ("tests/unittest/__init__.py", true),
+            ("_pytest.cpython-311-x86_64-linux-gnu.so", true),
+            ("copy.pyc", true),
+            ("minicache/json.py", false),
+            ("tests/helpers.py", false),
+            ("json.txt", false),
+            ("docs/json/__init__.py", false),
+        ] {
+            assert_eq!(shadowing(&added(path), &dirs).is_some(), flagged, "{path}");
+        }
+    }
 
     fn check(path: &str, base: Option<&str>, head: Option<&str>) -> Option<String> {
         let change = Change {

@@ -8,6 +8,7 @@ pub mod redact;
 pub mod report;
 pub mod results;
 pub mod sandbox;
+pub mod shadow;
 pub mod terminal;
 pub mod tree;
 pub mod workspace;
@@ -495,9 +496,27 @@ fn prepare_tree(ws: &Workspace, task: &Task) -> Result<PreparedTree, GradeError>
         )));
     }
     let mut flags = Vec::new();
+    // Where the repository is on sys.path: its root, and (pytest's `prepend` import mode)
+    // every folder holding an official test file.
+    let mut sys_path_dirs: Vec<&str> = vec![""];
+    sys_path_dirs.extend(
+        task.tests
+            .files
+            .iter()
+            .map(|f| f.rsplit_once('/').map_or("", |(d, _)| d)),
+    );
     for change in &changes {
         if task.tests.files.contains(&change.path) {
             continue; // Restored from the reference below.
+        }
+        if ws.read_at(&task.base_commit, &change.path).is_none()
+            && let Some(flag) = guard::shadowing(change, &sys_path_dirs)
+        {
+            // Not upstream's: removed, like any file that could steer the run.
+            ws.reset_path(&task.reference_commit, &change.path)
+                .map_err(GradeError::Infra)?;
+            flags.push(flag);
+            continue;
         }
         let path = ws.repo.join(&change.path);
         let head = crate::grade::workspace::read_tree_file(&path);
@@ -745,7 +764,11 @@ async fn run_sandbox(
     let canaries = match phase {
         Phase::Tests => {
             let first_file = targets[0].split("::").next().unwrap_or(&targets[0]);
-            let c = Canaries::new(uuid::Uuid::new_v4().as_u128(), first_file);
+            // The module as restored from the reference (never read through the work tree).
+            let module = ws
+                .read_at(&task.reference_commit, first_file)
+                .unwrap_or_default();
+            let c = Canaries::new(uuid::Uuid::new_v4().as_u128(), first_file, &module);
             ws.plant_file(&c.file, &c.source, 0o644)?;
             targets.insert(0, c.file.clone());
             Some(c)
