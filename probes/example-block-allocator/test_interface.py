@@ -22,9 +22,10 @@ def test_public_interface():
 
     The official tests call everything positionally and never check the error raised by
     num_cached_tokens, so renamed parameters or a different exception slip through."""
-    # Identity is decided in the subject (class == class) and, for the exception class, by
-    # its handle: one subject object has one handle, hence one local stand-in class.
-    assert minicache.BlockAllocator == block_allocator.BlockAllocator
+    # Identity is decided by handles (the judge decides on data only: `==` on two handles
+    # would ask the subject's own __eq__): one subject object has one handle while the judge
+    # holds it, and, for the exception class, one local stand-in class.
+    assert minicache.BlockAllocator is block_allocator.BlockAllocator
     assert minicache.NoFreeBlocksError is block_allocator.NoFreeBlocksError
     assert subject.describe(minicache.NoFreeBlocksError)["exception"]
     assert issubclass(minicache.NoFreeBlocksError, RuntimeError)

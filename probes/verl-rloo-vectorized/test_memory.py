@@ -6,7 +6,7 @@ import uuid
 
 import numpy as np
 import torch
-from infradev_probe import subject, workload_seed
+from infradev_probe import subject, subject_op, workload_seed
 
 PROBE_SECRET = "PROBE-SECRET-rloo-memory-71fc"
 SEED = workload_seed(PROBE_SECRET)
@@ -63,6 +63,7 @@ def test_extra_memory_is_linear_in_batch():
     mask = subject.keep(remote_torch.ones, BS, T)
     out = subject.keep(core_algos.compute_rloo_vectorized_outcome_advantage,
                        token_level_rewards=rewards, response_mask=mask, index=index)
-    assert len(out) == 2
+    # len() of a handle is not forwarded (the judge decides on data only): asked explicitly
+    assert subject_op(out, "__len__") == 2
     adv = subject.keep(remote_operator.getitem, out, 0)  # stays in the subject (no encoding)
     assert list(adv.shape) == [BS, T]

@@ -6,7 +6,7 @@ progress is refused instead of corrupting the block's load count."""
 import zlib
 
 import pytest
-from infradev_probe import subject
+from infradev_probe import subject, subject_op
 
 cpu = subject.module("vllm.v1.kv_offload.backends.cpu")
 lru_manager = subject.module("vllm.v1.kv_offload.lru_manager")
@@ -58,7 +58,9 @@ def test_every_method_takes_a_one_shot_iterator():
     out = mgr.prepare_store(_once([d, e]))
     assert out is not None and list(out.block_hashes_evicted) == []
     mgr.complete_store(_once([d, e]), success=True)
-    events = [(ev.removed, list(ev.block_hashes)) for ev in list(mgr.take_events())]
+    # take_events() is an iterable living in the subject: its items are listed there
+    taken = subject_op(mgr.take_events(), "__iter__")
+    events = [(ev.removed, list(ev.block_hashes)) for ev in taken]
     assert events == [(False, [a, b, c]), (True, [c]), (False, [d, e])]
     assert backend.get_num_free_blocks() == 0
     # Both loads ended: a and b are evictable again, least recently used (b) first, then a

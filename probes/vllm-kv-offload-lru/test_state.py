@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from infradev_probe import subject, workload_seed
+from infradev_probe import subject, subject_op, workload_seed
 
 from _model import ModelManager
 
@@ -69,8 +69,10 @@ def _mk(num_blocks, events=True):
 
 
 def _events(mgr):
-    """take_events(), each event as (removed, block_hashes)."""
-    events = list(mgr.take_events())
+    """take_events(), each event as (removed, block_hashes). take_events() returns an iterable
+    living in the subject (a generator): its items are listed there (iteration of a handle is
+    not forwarded)."""
+    events = subject_op(mgr.take_events(), "__iter__")
     with subject.batch() as b:
         items = [(b.getattr(e, "removed"), b.getattr(e, "block_hashes")) for e in events]
     return [(removed.value, list(hashes.value)) for removed, hashes in items]

@@ -7,6 +7,7 @@ Nothing here imports vllm."""
 # INFRADEV-PROBE-CANARY-7c2e91d4b0a6
 
 import torch
+from infradev_probe import subject_op
 
 PS = "vllm.distributed.parallel_state"
 
@@ -91,6 +92,12 @@ def item_kept(rank, h, i):
     return rank.keep(rank.module("operator").getitem, h, i)
 
 
+def listed(h):
+    """The items of a handle to a sequence (listed in its rank: the judge does not iterate
+    handles), by value: a list whose items are values or handles of that rank."""
+    return subject_op(h, "__iter__")
+
+
 class Stages:
     """A pipeline exchange driven from the judge. Sends are waited at the start of the next
     exchange, as the worker does (`_pp_send_work`)."""
@@ -131,7 +138,7 @@ class Stages:
             if sync_send:
                 assert self.group[r].fetch(kept[r]) is None, "send_tensor_dict returns None"
             else:
-                hs = list(kept[r])
+                hs = listed(kept[r])
                 d = sends[r][0]
                 if isinstance(d, dict):  # the judge's own dict: count what must travel
                     n = sum(1 for v in d.values()
@@ -151,14 +158,14 @@ class Stages:
         for r, res in results.items():
             rank = g[r]
             dicts[r] = item_kept(rank, res, 0)
-            hs = list(item_kept(rank, res, 1))
+            hs = listed(item_kept(rank, res, 1))
             if n_handles is not None:
                 assert len(hs) == n_handles, (
                     f"rank {r}: irecv_tensor_dict returned {len(hs)} handles, "
                     f"expected {n_handles} (one per non-empty tensor)")
             for h in hs:
                 h.wait()
-            posts[r] = list(item_kept(rank, res, 2))
+            posts[r] = listed(item_kept(rank, res, 2))
         counts = {len(p) for p in posts.values()}
         assert len(counts) == 1, "receivers of one exchange got different postprocess lists"
         for i in range(counts.pop()):

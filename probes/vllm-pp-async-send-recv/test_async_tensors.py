@@ -4,7 +4,7 @@ callbacks, so the judge sees every call the subject makes, in order."""
 # INFRADEV-PROBE-CANARY-7c2e91d4b0a6
 
 import torch
-from infradev_probe import subject
+from infradev_probe import subject, subject_op
 
 GW = "vllm.v1.worker.gpu_worker"
 
@@ -53,7 +53,7 @@ def test_lazy_wait_order_and_once():
     readers = [
         lambda it: it.tensors,
         lambda it: it["h"],
-        lambda it: len(it),
+        lambda it: subject_op(it, "__len__"),  # len() evaluated in the subject
         lambda it: it.items(),
     ]
     for i, read in enumerate(readers):
@@ -75,7 +75,7 @@ def test_lazy_wait_order_and_once():
         assert torch.equal(it["h"], full), f"reader {i}: the postprocessed tensor is not seen"
         assert torch.equal(it.tensors["h"], full)
         it.wait_for_comm()
-        assert len(it) == 1
+        assert subject_op(it, "__len__") == 1
         assert log.calls == want, f"reader {i}: waited or postprocessed again: {log.calls}"
 
     log = _Log()

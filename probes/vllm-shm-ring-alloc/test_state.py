@@ -6,7 +6,7 @@ chunks in any order."""
 
 import random
 
-from infradev_probe import subject, workload_seed
+from infradev_probe import subject, subject_op, workload_seed
 
 from _model import RingModel
 
@@ -26,6 +26,12 @@ def _import_now():
 _import_now()
 
 PROBE_SECRET = "PROBE-SECRET-shm-ring-state-7b41c2e9"
+
+
+def _freed(ids):
+    """The ids free_buf returned, an iterable living in the subject (a range or a chain):
+    listed there (iteration of a handle is not forwarded; a list comes back as it is)."""
+    return subject_op(ids, "__iter__")
 
 
 class Ring:
@@ -82,7 +88,7 @@ class Ring:
         data = bytes(self.rng.randrange(256) for _ in range(size))
         with self.writer.access_buf(address) as (view, meta):
             assert tuple(meta) == (mid, size + self.md), meta
-            assert len(view) == size
+            assert subject_op(view, "__len__") == size  # a memoryview: its len, asked there
             view[0:size] = data
         self.address[mid] = address
         self.payload[mid] = data
@@ -101,9 +107,9 @@ class Ring:
 
         expected = self.model.free(lambda m: len(self.read_by[m]) == n_readers, nbytes)
         if nbytes is None:
-            freed = list(self.writer.free_buf(is_free))
+            freed = _freed(self.writer.free_buf(is_free))
         else:
-            freed = list(self.writer.free_buf(is_free, nbytes))
+            freed = _freed(self.writer.free_buf(is_free, nbytes))
         assert all(m in live_ids for m in asked), (
             f"is_free_fn was asked about chunks that are not live: {asked} (live {live_ids})")
         assert freed == expected, (
@@ -267,9 +273,9 @@ def test_fresh_ring_holds_no_chunk():
         asked.append(mid)
         return True
 
-    assert list(ring.writer.free_buf(always)) == []
+    assert _freed(ring.writer.free_buf(always)) == []
     assert asked == []
-    assert list(ring.writer.free_buf(always, nbytes=64)) == []
+    assert _freed(ring.writer.free_buf(always, nbytes=64)) == []
     assert asked == []
     first = ring.allocate(40)
     assert first == 0

@@ -11,13 +11,22 @@ docs/tasks-format.md "The probe library").
 
 The submission runs in another sandbox (the subject); every operation on a handle is a request
 relayed by the broker. Nothing of the submission is imported or executed here.
+
+The judge decides on data only: values cross by value and are compared here; an operator on a
+handle (``==``, ``<``, ``in``, ``len``, ``bool``, ``hash``, iteration, arithmetic...) raises
+HandleOperatorError instead of asking the submission's own code. Fetch the value
+(``subject.fetch(h)``), or ask explicitly with ``subject_op(h, "__eq__", x)``, an answer that
+must never decide a probe.
 """
 
-from ._api import Batch, BatchItem, Subject, subject
-from ._core import Handle, Method, ModuleProxy
+from ._api import Subject, subject
+from ._batch import Batch, BatchItem
+from ._core import Handle, Method, ModuleProxy, subject_op
+from ._endpoint import Endpoint
 from ._ranks import Rank, RankGroup
 from ._seed import workload_seed
 from ._errors import (
+    HandleOperatorError,
     NotEncodable,
     ProtocolError,
     RemoteException,
@@ -32,8 +41,10 @@ from ._errors import (
 
 __all__ = [
     "subject",
+    "subject_op",
     "workload_seed",
     "Subject",
+    "Endpoint",
     "Batch",
     "BatchItem",
     "Handle",
@@ -51,4 +62,5 @@ __all__ = [
     "StaleHandle",
     "ProtocolError",
     "NotEncodable",
+    "HandleOperatorError",
 ]

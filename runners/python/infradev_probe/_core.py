@@ -12,6 +12,7 @@ import socket
 import weakref
 
 from ._errors import (
+    HandleOperatorError,
     NotEncodable,
     ProtocolError,
     RemoteException,
@@ -603,12 +604,18 @@ def _kwargs(enc, kwargs):
 
 
 class Handle:
-    """A subject object that did not cross by value. Attribute access, calls, item access,
-    ``len``, iteration, ``in``, comparisons, arithmetic, ``bool`` and ``hash`` are forwarded;
-    ``repr`` is local (it never shows subject text)."""
+    """A subject object that did not cross by value. Attribute access, calls, item access
+    (``h[k]``, ``h[k] = v``), ``with`` and ``isinstance(x, h)`` are requests to the subject.
+    Operators whose answer the judge would take as its own are not: ``==``, ``!=``, ``<``,
+    ``<=``, ``>``, ``>=``, ``bool``, ``len``, ``in``, ``hash``, iteration, arithmetic (plain,
+    reflected and in place), unary ``-``/``+``/``abs``/``~``, ``int``, ``float``, ``complex``,
+    ``bytes``, ``round``/``math.floor``... and use as an index raise HandleOperatorError (the
+    judge decides on data only: fetch the value, or ask explicitly with ``subject_op``).
+    ``repr`` is local (it never shows subject text); ``is`` compares handles (one subject
+    object has one handle while the judge holds it)."""
 
     __slots__ = ("_infradev_c", "_infradev_ref", "_infradev_gen", "_infradev_desc",
-                 "_infradev_methods", "_infradev_hash", "__weakref__")
+                 "_infradev_methods", "__weakref__")
 
     def __init__(self, c, ref, gen, desc):
         s = object.__setattr__
@@ -617,7 +624,6 @@ class Handle:
         s(self, "_infradev_gen", gen)
         s(self, "_infradev_desc", desc)
         s(self, "_infradev_methods", {})
-        s(self, "_infradev_hash", None)
 
     def _infradev_r(self):
         if self._infradev_gen != self._infradev_c.generation:
@@ -714,51 +720,6 @@ class Handle:
         c = self._infradev_c
         c.call({"op": "delitem", "obj": obj, "key": c._encode(key)}, _RAW)
 
-    def __len__(self):
-        __tracebackhide__ = True
-        obj = self._infradev_obj()
-        return self._infradev_c.call({"op": "len", "obj": obj})
-
-    def __iter__(self):
-        __tracebackhide__ = True
-        obj = self._infradev_obj()
-        return iter(self._infradev_c.call({"op": "iter", "obj": obj}))
-
-    def __contains__(self, item):
-        __tracebackhide__ = True
-        obj = self._infradev_obj()
-        c = self._infradev_c
-        return c.call({"op": "contains", "obj": obj, "item": c._encode(item)})
-
-    def __bool__(self):
-        __tracebackhide__ = True
-        obj = self._infradev_obj()
-        return self._infradev_c.call({"op": "bool", "obj": obj})
-
-    def __hash__(self):
-        __tracebackhide__ = True
-        obj = self._infradev_obj()
-        h = self._infradev_hash
-        if h is None:
-            h = self._infradev_c.call({"op": "hash", "obj": obj})
-            object.__setattr__(self, "_infradev_hash", h)
-        return h
-
-    # ---- numbers ----------------------------------------------------------------------------
-
-    def __int__(self):
-        obj = self._infradev_obj()
-        return int(self._infradev_c.call({"op": "fetch", "obj": obj}))
-
-    def __float__(self):
-        obj = self._infradev_obj()
-        return float(self._infradev_c.call({"op": "fetch", "obj": obj}))
-
-    def __index__(self):
-        obj = self._infradev_obj()
-        v = self._infradev_c.call({"op": "fetch", "obj": obj})
-        return v.__index__()
-
     # ---- type checks ------------------------------------------------------------------------
 
     def __instancecheck__(self, instance):
@@ -786,51 +747,45 @@ class Handle:
     __str__ = __repr__
 
 
-def _binop(name, reflected=False):
-    def op(self, other):
-        __tracebackhide__ = True
-        mine = self._infradev_obj()
-        c = self._infradev_c
-        try:
-            theirs = c._encode(other)
-        except TypeError:
-            return NotImplemented
-        a, b = (theirs, mine) if reflected else (mine, theirs)
-        return c.call({"op": "binop", "binop": name, "a": a, "b": b})
+# The operators a handle refuses (HandleOperatorError), with how a probe writes them. Each
+# would run the submission's code on the judge's behalf and hand back an answer the judge would
+# trust; ``subject_op`` asks for it explicitly.
+_COMPARISONS = {"__eq__": "==", "__ne__": "!=", "__lt__": "<", "__le__": "<=", "__gt__": ">",
+                "__ge__": ">="}
+_ARITHMETIC = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//",
+               "mod": "%", "pow": "**", "matmul": "@", "and": "&", "or": "|", "xor": "^",
+               "lshift": "<<", "rshift": ">>"}
+_UNARY = {"__neg__": "unary -", "__pos__": "unary +", "__abs__": "abs()",
+          "__invert__": "~"}
+_CONVERSIONS = {"__bool__": "bool()", "__len__": "len()", "__contains__": "in",
+                "__hash__": "hash()", "__iter__": "iteration", "__reversed__": "reversed()",
+                "__index__": "use as an integer index", "__int__": "int()",
+                "__float__": "float()", "__complex__": "complex()", "__bytes__": "bytes()",
+                "__round__": "round()", "__trunc__": "math.trunc()",
+                "__floor__": "math.floor()", "__ceil__": "math.ceil()",
+                "__divmod__": "divmod()", "__rdivmod__": "divmod()"}
+REFUSED_OPERATORS = dict(_COMPARISONS)
+for _name, _symbol in _ARITHMETIC.items():
+    REFUSED_OPERATORS["__%s__" % _name] = _symbol
+    REFUSED_OPERATORS["__r%s__" % _name] = "%s (reflected)" % _symbol
+    REFUSED_OPERATORS["__i%s__" % _name] = "%s=" % _symbol
+REFUSED_OPERATORS.update(_UNARY)
+REFUSED_OPERATORS.update(_CONVERSIONS)
 
-    op.__name__ = "__%s%s__" % ("r" if reflected else "", name)
+
+def _refused(name, symbol):
+    def op(self, *args):
+        __tracebackhide__ = True
+        raise HandleOperatorError(name, symbol)
+
+    op.__name__ = name
+    op.__qualname__ = "Handle." + name
     return op
 
 
-def _inplace(name):
-    def op(self, other):
-        __tracebackhide__ = True
-        try:
-            return self.__getattr__("__i%s__" % name)(other)
-        except AttributeError:
-            return getattr(self, "__%s__" % name)(other)
-
-    return op
-
-
-def _unop(name):
-    def op(self):
-        __tracebackhide__ = True
-        return self._infradev_c.call({"op": "unop", "unop": name, "a": self._infradev_obj()})
-
-    return op
-
-
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
-              "xor", "lshift", "rshift"):
-    setattr(Handle, "__%s__" % _name, _binop(_name))
-    setattr(Handle, "__r%s__" % _name, _binop(_name, reflected=True))
-    setattr(Handle, "__i%s__" % _name, _inplace(_name))
-for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
-    setattr(Handle, "__%s__" % _name, _binop(_name))
-for _name in ("neg", "pos", "abs", "invert"):
-    setattr(Handle, "__%s__" % _name, _unop(_name))
-del _name
+for _name, _symbol in REFUSED_OPERATORS.items():
+    setattr(Handle, _name, _refused(_name, _symbol))
+del _name, _symbol
 
 # ``handle.__doc__`` / ``handle.__module__`` are the subject object's, not this class's.
 for _attr in ("__doc__", "__module__"):
@@ -878,16 +833,10 @@ class Method:
             return _signature(self._infradev_resolve())
         return getattr(self._infradev_resolve(), name)
 
-    def __eq__(self, other):
-        if type(other) is Method:
-            other = other._infradev_resolve()
-        return self._infradev_resolve() == other
-
-    def __ne__(self, other):
-        return not self.__eq__(other)
-
-    def __hash__(self):
-        return hash(self._infradev_resolve())
+    # A bound method is a subject object too: comparing or hashing it would ask the subject.
+    __eq__ = _refused("__eq__", "==")
+    __ne__ = _refused("__ne__", "!=")
+    __hash__ = _refused("__hash__", "hash()")
 
     def __repr__(self):
         return "<subject method %s of %r>" % (self._infradev_name, self._infradev_owner)
@@ -964,3 +913,84 @@ def _signature(obj, c=None):
         return inspect.Signature(params)
     except (ValueError, TypeError):
         raise ProtocolError("bad signature reply") from None
+
+
+def _target(obj, c=None):
+    """(request fields, hint) for calling ``obj``: a method shortcut or a callable handle."""
+    if type(obj) is Method:
+        owner = obj._infradev_owner
+        if c is not None and owner._infradev_c is not c and type(owner) is not ModuleProxy:
+            raise StaleHandle("a handle of another subject or rank was used")
+        return {"op": "call_method", "obj": owner._infradev_obj(), "name": obj._infradev_name}, \
+            obj._infradev_name
+    c = c or client()
+    return {"op": "call", "obj": c._encode(obj)}, None
+
+
+# --------------------------------------------------------------------------------------------
+# The explicit opt-in: an operator evaluated by the subject
+
+
+# How subject_op asks for each operator (docs/probe-protocol.md, "Requests").
+_WIRE_BINARY = {"__%s__" % n: n for n in list(_ARITHMETIC) + ["lt", "le", "gt", "ge", "eq", "ne"]}
+_WIRE_REFLECTED = {"__r%s__" % n: n for n in _ARITHMETIC}
+_WIRE_UNARY = {"__neg__": "neg", "__pos__": "pos", "__abs__": "abs", "__invert__": "invert"}
+_WIRE_SINGLE = {"__len__": "len", "__bool__": "bool", "__hash__": "hash", "__iter__": "iter"}
+
+
+def _client_of(obj):
+    """The connection a handle (or method, or module proxy) lives on; the subject's for a
+    value."""
+    h = obj._infradev_owner if type(obj) is Method else obj
+    if isinstance(h, Handle):
+        h._infradev_r()  # a module proxy imports now (in the current subject); stale: raises
+        return h._infradev_c
+    return client()
+
+
+def subject_op(obj, name, *args):
+    """What the subject's own operator ``name`` answers for ``obj``: ``subject_op(h, "__eq__",
+    8)`` is ``h == 8`` evaluated in the subject, by the submission's code. The explicit opt-in
+    for the operators a handle refuses (HandleOperatorError).
+
+    The answer is the submission's, not a fact the judge has checked: a class of the submission
+    decides what its ``__eq__``, ``__lt__``, ``__contains__``, ``__hash__`` or ``__bool__`` says
+    about the judge's value, so such an answer must never decide a probe (fetch the value and
+    compare it in the judge instead). Use it to drive the subject, or where the question is
+    the subject's own semantics. Returns the result as any call's: a value, or a handle.
+
+    Comparisons and arithmetic (``__add__``, ``__radd__`` (``other + obj``)...) go through
+    Python's operator protocol in the subject (``operator.eq(obj, other)``); ``__len__``,
+    ``__bool__``, ``__hash__``, ``__contains__`` and ``__iter__`` (the items, as a list) through
+    ``len``, ``bool``, ``hash``, ``in`` and ``iter``; any other dunder name is called as the
+    method ``obj.<name>(*args)`` (``__iadd__``, ``__index__``, ``__float__``...)."""
+    __tracebackhide__ = True
+    if type(name) is not str or len(name) < 5 or not (name[:2] == name[-2:] == "__"):
+        raise ValueError("subject_op takes an operator's dunder name, such as '__eq__'")
+    c = _client_of(obj)
+    enc = c._encode
+
+    def arity(n):
+        if len(args) != n:
+            raise TypeError("subject_op(obj, %r, ...) takes %d operand%s after obj"
+                            % (name, n, "" if n == 1 else "s"))
+
+    if name in _WIRE_BINARY:
+        arity(1)
+        req = {"op": "binop", "binop": _WIRE_BINARY[name], "a": enc(obj), "b": enc(args[0])}
+    elif name in _WIRE_REFLECTED:
+        arity(1)
+        req = {"op": "binop", "binop": _WIRE_REFLECTED[name], "a": enc(args[0]), "b": enc(obj)}
+    elif name in _WIRE_UNARY:
+        arity(0)
+        req = {"op": "unop", "unop": _WIRE_UNARY[name], "a": enc(obj)}
+    elif name in _WIRE_SINGLE:
+        arity(0)
+        req = {"op": _WIRE_SINGLE[name], "obj": enc(obj)}
+    elif name == "__contains__":
+        arity(1)
+        req = {"op": "contains", "obj": enc(obj), "item": enc(args[0])}
+    else:
+        req = {"op": "call_method", "obj": enc(obj), "name": name,
+               "args": enc(list(args)) if args else [], "kwargs": _NO_KWARGS}
+    return c.call(req, _VALUE, name)

@@ -26,6 +26,26 @@ class NotEncodable(wire.NotEncodable, TypeError):
     """``subject.fetch`` of an object that cannot cross by value."""
 
 
+class HandleOperatorError(TypeError):
+    """An operator (``==``, ``<``, ``in``, ``len``, ``bool``, ``hash``, iteration, arithmetic,
+    ``int``...) used on a handle. The judge decides on data only: an operator on a handle would
+    run the submission's own code on the judge's value (``x == 8`` asking the subject whether it
+    equals 8), so it is never forwarded. Fetch the value (``subject.fetch(h)``) and use that, or,
+    for the subject's own answer (which must never decide a probe),
+    ``infradev_probe.subject_op(h, "__eq__", 8)``. A ``TypeError``, as Python raises for an
+    operator a type does not support."""
+
+    def __init__(self, name, symbol=None):
+        self.operator = name
+        what = "%s (%s)" % (symbol, name) if symbol else name
+        TypeError.__init__(
+            self,
+            "%s on a handle is not forwarded to the subject: the judge decides on data only. "
+            "Fetch the value (subject.fetch(handle)) and use that; for the subject's own answer, "
+            "which must never decide a probe, call infradev_probe.subject_op(handle, %r, ...)"
+            % (what, name))
+
+
 class SubjectFault(BaseException):
     """The subject is gone (the broker replaced it). Not an ``Exception``, so a probe's
     ``except Exception`` or ``pytest.raises(Exception)`` cannot take it for an expected error."""

@@ -12,8 +12,20 @@ exception (``SubjectCrashed``, ``SubjectTimeout``...) carries the rank as ``exc.
 """
 
 from . import _core
-from ._api import Subject, _target
-from ._core import _FAULTS, _NO_KWARGS, _REF, _VALUE, Client, ModuleProxy, client
+from ._core import (
+    _FAULTS,
+    _NO_KWARGS,
+    _REF,
+    _VALUE,
+    Client,
+    Handle,
+    Method,
+    ModuleProxy,
+    _target,
+    client,
+    wire,
+)
+from ._endpoint import Endpoint
 from ._errors import ProtocolError, StaleHandle
 
 MIN_WORLD_SIZE = 2
@@ -31,8 +43,6 @@ class RankClient(Client):
     """One rank's handle table; its requests travel on the judge's one connection."""
 
     def __init__(self, main, group, rank):  # no socket of its own: Client.__init__ is not run
-        from ._core import Handle, Method, wire
-
         self.main = main
         self.group = group
         self.sock = None
@@ -62,7 +72,7 @@ class RankClient(Client):
         self._reset_generation((self.group.id, rank))
 
     def _encode_object(self, obj):
-        if callable(obj) and not isinstance(obj, (_core.Handle, _core.Method)) and not (
+        if callable(obj) and not isinstance(obj, (Handle, Method)) and not (
                 isinstance(obj, type) and issubclass(obj, _core.RemoteException)):
             raise TypeError("a judge callable cannot be sent to a rank")
         return Client._encode_object(self, obj)
@@ -125,11 +135,11 @@ class RankModuleProxy(ModuleProxy):
     __str__ = __repr__
 
 
-class Rank(Subject):
+class Rank(Endpoint):
     """One rank of a group: ``module``, ``put``, ``fetch``, ``call``... like ``subject``."""
 
     def __init__(self, client_):
-        Subject.__init__(self)
+        Endpoint.__init__(self)
         self._rank_client = client_
 
     def _client(self):

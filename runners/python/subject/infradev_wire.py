@@ -9,14 +9,27 @@ Frames: a 4-byte big-endian length, then that many bytes of UTF-8 JSON holding o
 Values: JSON scalars cross as themselves (integers within i64, finite floats, strings up to
 16 MiB); everything else is a one-key object whose key is a ``$`` tag. Decoding is strict: an
 unknown tag, a wrong type, a dtype outside the allow-list, data whose length does not match its
-shape, nesting deeper than 64 or more than 10**7 items is a :class:`ProtocolError`. Types are
-matched exactly (``type(x) is list``), never by ``isinstance``: a subclass (an ``IntEnum``, a
-``namedtuple``, an ``OrderedDict``) does not cross by value, so it never loses its identity.
-Nothing is ever pickled or evaluated.
+shape, nesting deeper than 64 or more than 10**7 items is a :class:`ProtocolError`. Nothing is
+ever pickled or evaluated.
+
+Types are decided from ``type(x)`` and its real MRO, never by ``isinstance`` (which a
+``__class__`` property or a metaclass answers) nor by hashing the type (a metaclass's
+``__eq__``/``__hash__``). A subclass of a builtin value type (``int``, ``float``, ``complex``,
+``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set``, ``frozenset``) crosses as its base
+type's own value, read through the base type's own slots (``int.__index__``, ``list.copy``,
+``dict.items``... called unbound), so no method the subclass defines runs: a lying ``__eq__``,
+``__len__``, ``__iter__`` or ``__hash__`` never reaches the other side, and the value is the
+one the object holds. An enum member and a named tuple (``_fields``, or a struct sequence's
+``n_fields``) keep their identity and attributes instead: they come back as handles, and as
+their base value only when fetched (``strict``). Subclasses of numpy arrays and scalars and of
+torch tensors do not cross by value (their bytes would be read through the subclass's own
+methods). See docs/probe-protocol.md, "The judge decides on data only".
 """
 
 import base64
 import binascii
+import collections
+import enum
 import json
 import math
 import re
@@ -80,6 +93,61 @@ _dict = dict
 _frozenset = frozenset
 _NoneType = type(None)
 _EllipsisType = type(Ellipsis)
+_id = id
+_mro = type.__dict__["__mro__"].__get__  # a type's real MRO (no metaclass attribute)
+_type_dict = type.__dict__["__dict__"].__get__  # a type's own namespace, likewise
+_Enum = enum.Enum
+_OrderedDict = collections.OrderedDict
+
+# A builtin subclass's value, read through its base type's own slots (unbound: the subclass's
+# methods never run). Each returns an object of the exact base type.
+_int_value = int.__index__  # an exact int (long_long copies a subclass's digits)
+_float_value = float.__float__
+_complex_real = complex.__dict__["real"].__get__
+_complex_imag = complex.__dict__["imag"].__get__
+_str_value = str.__str__  # an exact str copy
+_str_len = str.__len__
+_bytes_slice = bytes.__getitem__  # [:] of a subclass: an exact bytes copy
+_bytes_len = bytes.__len__
+_list_copy = list.copy
+_list_len = list.__len__
+_tuple_slice = tuple.__getitem__
+_tuple_len = tuple.__len__
+_dict_len = dict.__len__
+_dict_items = dict.items  # a view over the dict's own table
+_set_len = set.__len__
+_set_iter = set.__iter__
+_frozenset_len = frozenset.__len__
+_frozenset_iter = frozenset.__iter__
+_ALL = slice(None)
+
+_odict_iter = collections.OrderedDict.__iter__  # its linked list of keys, in order
+# Past this many classes met, new ones are classified on every use instead of remembered (a
+# submission that makes classes on the fly does not grow the cache without bound).
+_CLASS_CACHE_MAX = 4096
+
+
+def _in(mro, cls):
+    """Whether ``cls`` is in ``mro`` (identity: no metaclass __eq__ runs)."""
+    for k in mro:
+        if k is cls:
+            return True
+    return False
+
+
+def _is_record(mro):
+    """An enum (its members) or a named tuple (``_fields``; a struct sequence's ``n_fields``):
+    a value whose identity and attributes matter, read in each class's own namespace."""
+    for k in mro:
+        if k is _Enum:
+            return True
+    for k in mro:
+        if k is _tuple:
+            break
+        names = _type_dict(k)
+        if "_fields" in names or "n_fields" in names:
+            return True
+    return False
 
 
 class ProtocolError(Exception):
@@ -261,30 +329,55 @@ class Codec:
 
     ``tensor_device``: ``"strict"`` moves a decoded tensor to its device (an error if that
     device is not usable); ``"available"`` keeps it on the CPU when its device is not usable.
+
+    ``keys_by_value`` (the subject's codec): a dict whose keys, or a set whose items, cannot
+    all cross by value crosses as a handle itself (non-strict; NotEncodable when strict): the
+    other side would have to hash handles to rebuild it, and a handle has no hash of its own.
     """
 
     def __init__(self, encode_object=None, decode_ref=None, decode_callback=None,
-                 tensor_device="strict", extra_types=None):
+                 tensor_device="strict", extra_types=None, keys_by_value=False):
         self.encode_object = encode_object
         self.decode_ref = decode_ref
         self.decode_callback = decode_callback
         self.tensor_device = tensor_device
+        self.keys_by_value = keys_by_value
         self._torch_names = None
         self._torch_by_name = None
-        self._enc_table = {
-            _list: self._enc_list,
-            _tuple: self._enc_tuple,
-            _dict: self._enc_dict,
-            _set: self._enc_set,
-            _frozenset: self._enc_frozenset,
-            bytes: self._enc_bytes,
-            complex: self._enc_complex,
-            slice: self._enc_slice,
-            _EllipsisType: self._enc_ellipsis,
-        }
+        self._np_scalar_types = None
+        # id(type) -> (type, handler): looked up by identity, so that a metaclass's __hash__ or
+        # __eq__ never runs here and no class passes for another (the type is kept alive).
+        self._enc_table = {}
+        for t, h in (
+            (_list, self._enc_list),
+            (_tuple, self._enc_tuple),
+            (_dict, self._enc_dict),
+            (_set, self._enc_set),
+            (_frozenset, self._enc_frozenset),
+            (bytes, self._enc_bytes),
+            (complex, self._enc_complex),
+            (slice, self._enc_slice),
+            (_EllipsisType, self._enc_ellipsis),
+        ):
+            self._enc_table[_id(t)] = (t, h)
         # Types the caller handles itself (the judge's handles): straight to encode_object.
         for t in extra_types or ():
-            self._enc_table[t] = self._enc_object_d
+            self._enc_table[_id(t)] = (t, self._enc_object_d)
+        # The first builtin value type in a subclass's MRO decides how it crosses (the C
+        # OrderedDict before dict: its order is its own, not its dict table's).
+        self._bases = (
+            (_OrderedDict, self._enc_sub_odict),
+            (_int, self._enc_sub_int),
+            (_float, self._enc_sub_float),
+            (complex, self._enc_sub_complex),
+            (_str, self._enc_sub_str),
+            (bytes, self._enc_sub_bytes),
+            (_list, self._enc_sub_list),
+            (_tuple, self._enc_sub_tuple),
+            (_dict, self._enc_sub_dict),
+            (_set, self._enc_sub_set),
+            (_frozenset, self._enc_sub_frozenset),
+        )
         self._dec_tags = {
             "$int": self._dec_int,
             "$float": self._dec_float,
@@ -328,41 +421,155 @@ class Codec:
             return {"$float": "nan" if v != v else ("inf" if v > 0 else "-inf")}
         if v is None or t is bool:
             return v
-        h = self._enc_table.get(t)
-        if h is None:
-            h = self._classify(t)
+        e = self._enc_table.get(_id(t))
+        h = e[1] if e is not None and e[0] is t else self._classify(t)
         return h(v, depth, strict, budget)
 
     def _classify(self, t):
-        """Dispatch for a type met for the first time (numpy / torch types, or an object)."""
+        """Dispatch for a type met for the first time, remembered by identity."""
+        h = self._classify_new(t)
+        if _len(self._enc_table) < _CLASS_CACHE_MAX:
+            self._enc_table[_id(t)] = (t, h)
+        return h
+
+    def _numpy_scalars(self, np):
+        """{id(type): type} of numpy's own scalar types of the allowed dtypes."""
+        table = self._np_scalar_types
+        if table is None:
+            table = {}
+            for code in np.typecodes["All"]:
+                try:
+                    dt = np.dtype(code)
+                except Exception:
+                    continue
+                if dt.name in _NUMPY_DTYPES:
+                    table[_id(dt.type)] = dt.type
+            self._np_scalar_types = table
+        return table
+
+    def _classify_new(self, t):
+        """numpy / torch types, a builtin value type's subclass, or an object."""
+        try:
+            mro = _mro(t)
+        except TypeError:
+            return self._enc_object_d
         np = _numpy(False)
         if np is not None:
             if t is np.ndarray:
-                self._enc_table[t] = self._enc_ndarray
                 return self._enc_ndarray
-            try:
-                is_scalar = issubclass(t, np.generic)
-            except TypeError:
-                is_scalar = False
-            if is_scalar:
-                self._enc_table[t] = self._enc_npscalar
+            if self._numpy_scalars(np).get(_id(t)) is t:
                 return self._enc_npscalar
+            if _in(mro, np.generic) or _in(mro, np.ndarray):
+                # numpy's other scalars (str_, datetime64...) and every subclass: their bytes
+                # would be read through the subclass's own methods.
+                return self._enc_object_d
         torch = _torch(False)
         if torch is not None:
-            tensor_types = [torch.Tensor]
             param = getattr(getattr(torch, "nn", None), "Parameter", None)
-            if param is not None:
-                tensor_types.append(param)
-            if t in tensor_types:
-                self._enc_table[t] = self._enc_tensor
+            if t is torch.Tensor or (param is not None and t is param):
                 return self._enc_tensor
             if t is torch.dtype:
-                self._enc_table[t] = self._enc_torch_dtype
                 return self._enc_torch_dtype
             if t is torch.device:
-                self._enc_table[t] = self._enc_torch_device
                 return self._enc_torch_device
+            if _in(mro, torch.Tensor):
+                return self._enc_object_d  # a tensor subclass: read through its own methods
+        for k in mro:
+            for base, h in self._bases:
+                if k is base:
+                    return self._enc_record(h) if _is_record(mro) else self._enc_guarded(h)
         return self._enc_object_d
+
+    # ---- builtin subclasses ---------------------------------------------------------------
+
+    def _enc_guarded(self, h):
+        """``h`` reading a subclass's value, or a handle when its slots refuse (a type whose
+        MRO was rewritten after it was classified)."""
+        def enc(v, depth, strict, budget):
+            try:
+                return h(v, depth, strict, budget)
+            except NotEncodable:
+                raise
+            except Exception:
+                return self._enc_object(v, strict)
+        return enc
+
+    def _enc_record(self, h):
+        """An enum member or a named tuple: a handle (its identity and attributes are the
+        point), its base value only when fetched."""
+        guarded = self._enc_guarded(h)
+
+        def enc(v, depth, strict, budget):
+            if not strict:
+                return self._enc_object(v, strict)
+            return guarded(v, depth, strict, budget)
+        return enc
+
+    def _enc_sub_int(self, v, depth, strict, budget):
+        i = _int_value(v)
+        if I64_MIN <= i <= I64_MAX:
+            return i
+        try:
+            return {"$int": _str(i)}
+        except ValueError:  # more digits than int -> str allows
+            return self._enc_object(v, strict)
+
+    def _enc_sub_float(self, v, depth, strict, budget):
+        return self._enc(_float_value(v), depth, strict, budget)
+
+    def _enc_sub_complex(self, v, depth, strict, budget):
+        return {"$complex": [self._enc(_complex_real(v), depth + 1, strict, budget),
+                             self._enc(_complex_imag(v), depth + 1, strict, budget)]}
+
+    def _enc_sub_str(self, v, depth, strict, budget):
+        if _str_len(v) > MAX_STR:
+            return self._enc_object(v, strict)
+        return _str_value(v)
+
+    def _enc_sub_bytes(self, v, depth, strict, budget):
+        if _bytes_len(v) > MAX_FRAME:
+            return self._enc_object(v, strict)
+        return {"$bytes": _b64(_bytes_slice(v, _ALL))}
+
+    def _enc_sub_list(self, v, depth, strict, budget):
+        if not self._enter(v, _list_len(v), depth, strict, budget):
+            return self._enc_object(v, strict)
+        return self._enc_items(_list_copy(v), depth, strict, budget)
+
+    def _enc_sub_tuple(self, v, depth, strict, budget):
+        if not self._enter(v, _tuple_len(v), depth, strict, budget):
+            return self._enc_object(v, strict)
+        return {"$tuple": self._enc_items(_tuple_slice(v, _ALL), depth, strict, budget)}
+
+    def _enc_sub_set(self, v, depth, strict, budget):
+        if not self._enter(v, _set_len(v), depth, strict, budget):
+            return self._enc_object(v, strict)
+        return self._enc_members("$set", v, _list(_set_iter(v)), depth, strict, budget)
+
+    def _enc_sub_frozenset(self, v, depth, strict, budget):
+        if not self._enter(v, _frozenset_len(v), depth, strict, budget):
+            return self._enc_object(v, strict)
+        return self._enc_members("$frozenset", v, _list(_frozenset_iter(v)), depth, strict,
+                                 budget)
+
+    def _enc_sub_dict(self, v, depth, strict, budget):
+        if not self._enter(v, 2 * _dict_len(v), depth, strict, budget):
+            return self._enc_object(v, strict)
+        return self._enc_pairs(v, _list(_dict_items(v)), depth, strict, budget)
+
+    def _enc_sub_odict(self, v, depth, strict, budget):
+        if not self._enter(v, 2 * _dict_len(v), depth, strict, budget):
+            return self._enc_object(v, strict)
+        # The linked list's order (OrderedDict.__iter__ of the C type), each key's value from
+        # the dict's own table, matched by identity: no key is hashed or compared.
+        values = {_id(k): (k, x) for k, x in _list(_dict_items(v))}
+        pairs = []
+        for k in _list(_odict_iter(v)):
+            e = values.get(_id(k))
+            if e is None or e[0] is not k:
+                return self._enc_object(v, strict)
+            pairs.append(e)
+        return self._enc_pairs(v, pairs, depth, strict, budget)
 
     def _enc_object_d(self, v, depth, strict, budget):
         return self._enc_object(v, strict)
@@ -385,13 +592,13 @@ class Codec:
         return depth < MAX_DEPTH and budget[0] >= 0
 
     def _enc_items(self, v, depth, strict, budget):
-        """A fresh JSON list of the encoded items of the sequence ``v``."""
+        """A fresh JSON list of the encoded items of ``v``, an exact list or tuple."""
         n = _len(v)
         if n == 0:
             return []
-        ts = _set(_map(_type, v))
-        if _len(ts) == 1:
-            (t,) = ts
+        # Types compared by identity (their ids): a metaclass's __hash__ never runs.
+        if _len(_set(_map(_id, _map(_type, v)))) == 1:
+            t = _type(v[0])
             if t is _int:
                 if _min(v) >= I64_MIN and _max(v) <= I64_MAX:
                     return _list(v)
@@ -420,20 +627,41 @@ class Codec:
     def _enc_set(self, v, depth, strict, budget):
         if not self._enter(v, _len(v), depth, strict, budget):
             return self._enc_object(v, strict)
-        return {"$set": self._enc_items(_list(v), depth, strict, budget)}
+        return self._enc_members("$set", v, _list(v), depth, strict, budget)
 
     def _enc_frozenset(self, v, depth, strict, budget):
         if not self._enter(v, _len(v), depth, strict, budget):
             return self._enc_object(v, strict)
-        return {"$frozenset": self._enc_items(_list(v), depth, strict, budget)}
+        return self._enc_members("$frozenset", v, _list(v), depth, strict, budget)
 
     def _enc_dict(self, v, depth, strict, budget):
         if not self._enter(v, 2 * _len(v), depth, strict, budget):
             return self._enc_object(v, strict)
+        return self._enc_pairs(v, _list(_dict_items(v)), depth, strict, budget)
+
+    def _enc_members(self, tag, v, items, depth, strict, budget):
+        """A set's items (``items``, an exact list); with keys_by_value, the whole set ``v`` as
+        a handle when one of them cannot cross by value."""
+        try:
+            return {tag: self._enc_items(items, depth, strict or self.keys_by_value, budget)}
+        except NotEncodable:
+            if strict:
+                raise
+            return self._enc_object(v, strict)
+
+    def _enc_pairs(self, v, pairs, depth, strict, budget):
+        """A dict's (key, value) pairs; with keys_by_value, the whole dict ``v`` as a handle
+        when one of its keys cannot cross by value."""
         enc = self._enc
         d = depth + 1
-        return {"$dict": [[enc(k, d, strict, budget), enc(x, d, strict, budget)]
-                          for k, x in _list(v.items())]}
+        key_strict = strict or self.keys_by_value
+        try:
+            return {"$dict": [[enc(k, d, key_strict, budget), enc(x, d, strict, budget)]
+                              for k, x in pairs]}
+        except NotEncodable:
+            if strict:
+                raise
+            return self._enc_object(v, strict)
 
     def _enc_bytes(self, v, depth, strict, budget):
         if _len(v) > MAX_FRAME:
