@@ -308,7 +308,8 @@ pub fn validated(task: &Task) -> Result<Validated, GradeError> {
             .map_err(GradeError::Infra)?,
     );
     let stamp = crate::task::read_stamp(task).map_err(|e| GradeError::Task(anyhow::anyhow!(e)))?;
-    let problems = crate::task::stamp_problems(stamp.as_ref(), &probes_digest);
+    let power = crate::task::load_power_config(task).map_err(|e| GradeError::Task(e.into()))?;
+    let problems = crate::task::stamp_problems(stamp.as_ref(), &probes_digest, &power);
     Ok(Validated {
         probes_digest,
         stamp,

@@ -16,7 +16,8 @@ pub use manifest::{
     Upstream, UpstreamSource, load_task,
 };
 pub use power::{
-    DEFAULT_THRESHOLD, Equivalent, OutOfScope, POWER_FILE, PowerConfig, Scope, load_power_config,
+    DEFAULT_THRESHOLD, Equivalent, OutOfScope, POWER_FILE, PowerConfig, ProbePort, Scope,
+    load_power_config,
 };
 pub use probes::{Budget, Probe, ProbeSet, load_probes};
 pub use registry::{CheckProblem, Registry, check_task};

@@ -24,6 +24,33 @@ pub struct PowerConfig {
     /// When not empty, the only files of the reference change that get mutants (a
     /// release-sourced task's change is the whole diff between two releases, not the PR's).
     pub only: Vec<String>,
+    /// Probe edits reviewed as sending the judge's subject exactly what the probes sent before
+    /// (a port to a new probe-library API): the records computed against `from` hold for `to`.
+    pub port: Vec<ProbePort>,
+}
+
+/// A reviewed probe edit that changes no request the probes make (docs/tasks-format.md).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbePort {
+    /// The probe digest the records were computed against (`sha256:…`).
+    pub from: String,
+    /// The probe digest after the edit.
+    pub to: String,
+    /// What changed, and why every request and comparison is the same.
+    pub reason: String,
+}
+
+impl PowerConfig {
+    /// Whether a record computed against probes `recorded` holds for probes `current`: the
+    /// same digest, or one reviewed port from the first to the second.
+    pub fn carries(&self, recorded: &str, current: &str) -> bool {
+        recorded == current
+            || self
+                .port
+                .iter()
+                .any(|p| p.from == recorded && p.to == current)
+    }
 }
 
 /// Which files of the reference change get mutants, as a power record keeps it.
@@ -93,6 +120,8 @@ struct RawPower {
     out_of_scope: Vec<Spanned<OutOfScope>>,
     #[serde(default)]
     only: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    port: Vec<Spanned<ProbePort>>,
 }
 
 /// The task's power.toml, or the defaults when it has none.
@@ -103,6 +132,7 @@ pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
         equivalent: Vec::new(),
         out_of_scope: Vec::new(),
         only: Vec::new(),
+        port: Vec::new(),
     };
     let text = match std::fs::read_to_string(&file) {
         Ok(text) => text,
@@ -187,6 +217,27 @@ pub fn load_power_config(task: &Task) -> Result<PowerConfig, ManifestError> {
             return Err(ManifestError::at(&file, &text, span, Some("only"), problem));
         }
         config.only = only;
+    }
+    for p in raw.port {
+        let span = p.span();
+        let p = p.into_inner();
+        let digest = |d: &str| {
+            d.strip_prefix("sha256:")
+                .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        };
+        let problem = if !digest(&p.from) || !digest(&p.to) {
+            Some("`from` and `to` are probe digests: sha256: and 64 hex digits")
+        } else if p.from == p.to {
+            Some("`from` and `to` are the same digest")
+        } else if p.reason.trim().is_empty() {
+            Some("say what changed and why every request is the same")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(ManifestError::at(&file, &text, span, Some("port"), problem));
+        }
+        config.port.push(p);
     }
     Ok(config)
 }

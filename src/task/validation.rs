@@ -64,8 +64,13 @@ pub fn read_stamp(task: &Task) -> Result<Option<ValidationStamp>, String> {
 }
 
 /// Why grading `task` with probes of digest `probes` would not be grading what was
-/// validated (pure); empty when it would.
-pub fn stamp_problems(stamp: Option<&ValidationStamp>, probes: &str) -> Vec<String> {
+/// validated (pure); empty when it would. A port reviewed in power.toml (`[[port]]`) carries
+/// the validated digest to the ported probes.
+pub fn stamp_problems(
+    stamp: Option<&ValidationStamp>,
+    probes: &str,
+    power: &super::PowerConfig,
+) -> Vec<String> {
     let Some(stamp) = stamp else {
         return vec!["the task has no validation.json (run `infradev tasks validate`)".into()];
     };
@@ -78,7 +83,7 @@ pub fn stamp_problems(stamp: Option<&ValidationStamp>, probes: &str) -> Vec<Stri
     }
     match stamp.validated_probes() {
         None => problems.push("validation.json records no probe digest".to_owned()),
-        Some(validated) if validated != probes => problems.push(format!(
+        Some(validated) if !power.carries(validated, probes) => problems.push(format!(
             "the probes are not those validated (validated {}, these {})",
             short(validated),
             short(probes)
@@ -151,12 +156,35 @@ mod tests {
         serde_json::from_str(json).unwrap()
     }
 
+    fn none() -> crate::task::PowerConfig {
+        crate::task::PowerConfig {
+            threshold: 0.9,
+            equivalent: Vec::new(),
+            out_of_scope: Vec::new(),
+            only: Vec::new(),
+            port: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_reviewed_port_is_what_was_validated() {
+        let good = stamp(r#"{"ok":true,"probes_digest":"sha256:aaa"}"#);
+        let mut ported = none();
+        ported.port.push(crate::task::ProbePort {
+            from: "sha256:aaa".into(),
+            to: "sha256:bbb".into(),
+            reason: "same requests".into(),
+        });
+        assert!(stamp_problems(Some(&good), "sha256:bbb", &ported).is_empty());
+        assert!(!stamp_problems(Some(&good), "sha256:ccc", &ported).is_empty());
+    }
+
     #[test]
     fn only_what_was_validated_passes() {
         let good = stamp(
             r#"{"ok":true,"images":[{"tag":"env:1","id":"x"}],"power":{"probes_digest":"sha256:aaa"}}"#,
         );
-        assert!(stamp_problems(Some(&good), "sha256:aaa").is_empty());
+        assert!(stamp_problems(Some(&good), "sha256:aaa", &none()).is_empty());
         assert!(image_problems(Some(&good), &["env:1".into()]).is_empty());
         let cases: Vec<(Option<ValidationStamp>, &str, &str)> = vec![
             (None, "sha256:aaa", "no validation.json"),
@@ -180,7 +208,7 @@ mod tests {
             ),
         ];
         for (s, probes, want) in cases {
-            let got = stamp_problems(s.as_ref(), probes);
+            let got = stamp_problems(s.as_ref(), probes, &none());
             assert!(got.iter().any(|p| p.contains(want)), "{want}: {got:?}");
         }
         assert_eq!(

@@ -571,9 +571,9 @@ pub enum Assessment {
 pub fn assess(
     record: Option<&PowerRecord>,
     current_digest: &str,
-    threshold: f64,
-    scope: &Scope,
+    config: &crate::task::PowerConfig,
 ) -> Assessment {
+    let (threshold, scope) = (config.threshold, &config.scope());
     let Some(r) = record else {
         return Assessment::NotMeasured;
     };
@@ -595,7 +595,7 @@ pub fn assess(
             list_or_nothing(&r.out_of_scope)
         ));
     }
-    if r.probes_digest != current_digest {
+    if !config.carries(&r.probes_digest, current_digest) {
         problems.push(format!(
             "the power record is older than the probes (recorded against {}, the probes are \
              now {}): run `infradev tasks power` again",

@@ -644,10 +644,5 @@ pub fn assess_task(task: &Task) -> Result<super::Assessment, crate::task::Manife
         crate::task::ManifestError::whole_file(&task.probes.dir, format!("cannot read: {e}"))
     })?);
     let record = read_validation(&task.dir.join(VALIDATION_FILE)).and_then(|v| v.power);
-    Ok(super::assess(
-        record.as_ref(),
-        &digest,
-        config.threshold,
-        &config.scope(),
-    ))
+    Ok(super::assess(record.as_ref(), &digest, &config))
 }

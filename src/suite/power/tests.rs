@@ -343,7 +343,7 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         ),
     ];
     for (r, want) in table {
-        match assess(r.as_ref(), now, 0.9, &Scope::default()) {
+        match assess(r.as_ref(), now, &config(0.9, &Scope::default())) {
             Assessment::Holds { .. } => assert!(want.is_empty(), "holds, expected {want:?}"),
             Assessment::Fails(found) => {
                 assert_eq!(found.len(), want.len(), "{found:?}");
@@ -355,7 +355,7 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         }
     }
     assert_eq!(
-        assess(None, now, 0.9, &Scope::default()),
+        assess(None, now, &config(0.9, &Scope::default())),
         Assessment::NotMeasured
     );
     // A task's own threshold applies.
@@ -363,8 +363,7 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         assess(
             Some(&record(now, Some(0.8), 1, 0)),
             now,
-            0.75,
-            &Scope::default()
+            &config(0.75, &Scope::default())
         ),
         Assessment::Holds { .. }
     ));
@@ -387,7 +386,7 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
             ["`only` names pkg/lru.py now", "computed on nothing"],
         ),
     ] {
-        match assess(Some(&record(now, Some(1.0), 0, 0)), now, 0.9, scope) {
+        match assess(Some(&record(now, Some(1.0), 0, 0)), now, &config(0.9, scope)) {
             Assessment::Fails(found) => {
                 assert_eq!(found.len(), 1, "{found:?}");
                 assert!(says.iter().all(|s| found[0].contains(s)), "{found:?}");
@@ -398,10 +397,48 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
         same.out_of_scope = scope.out_of_scope.clone();
         same.only = scope.only.clone();
         assert!(matches!(
-            assess(Some(&same), now, 0.9, scope),
+            assess(Some(&same), now, &config(0.9, scope)),
             Assessment::Holds { .. }
         ));
     }
+}
+
+/// power.toml with this threshold and scope, no equivalents and no ports.
+fn config(threshold: f64, scope: &Scope) -> crate::task::PowerConfig {
+    crate::task::PowerConfig {
+        threshold,
+        equivalent: Vec::new(),
+        out_of_scope: scope
+            .out_of_scope
+            .iter()
+            .map(|p| crate::task::OutOfScope {
+                path: p.clone(),
+                reason: "not asked".into(),
+            })
+            .collect(),
+        only: scope.only.clone(),
+        port: Vec::new(),
+    }
+}
+
+#[test]
+fn a_reviewed_port_carries_a_record_to_the_ported_probes_only() {
+    let (old, new, other) = ("sha256:aa", "sha256:bb", "sha256:cc");
+    let mut ported = config(0.9, &Scope::default());
+    ported.port.push(crate::task::ProbePort {
+        from: old.into(),
+        to: new.into(),
+        reason: "len(h) became subject_op(h, \"__len__\"): the same request".into(),
+    });
+    let holds = |now: &str, cfg: &crate::task::PowerConfig| {
+        matches!(
+            assess(Some(&record(old, Some(1.0), 0, 0)), now, cfg),
+            Assessment::Holds { .. }
+        )
+    };
+    assert!(holds(new, &ported), "the reviewed port carries the record");
+    assert!(!holds(other, &ported), "a further edit is not the port");
+    assert!(!holds(new, &config(0.9, &Scope::default())), "no port, no carry");
 }
 
 #[test]
