@@ -228,3 +228,89 @@ fn doctor_with(root: &std::path::Path, args: &[&str]) -> (i32, String) {
     );
     (out.status.code().unwrap_or(-1), text)
 }
+
+// The first hour: every command works from any folder, says what is wrong when it cannot find
+// its tasks, and survives a reader that stops early.
+
+fn infradev_in(
+    dir: &std::path::Path,
+    exe: &std::path::Path,
+    args: &[&str],
+) -> (i32, String, String) {
+    let out = Command::new(exe)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("INFRADEV_ROOT")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_task_root_is_found_from_any_folder_or_named_when_it_is_not() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_infradev"));
+    // From an unrelated folder: the binary's own clone is found (target/debug/infradev).
+    let (code, out, err) = infradev_in(elsewhere.path(), exe, &["tasks", "list"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("example-block-allocator"), "{out}{err}");
+    // From inside the clone, any depth.
+    let (code, out, _) = infradev_in(&root().join("runners/python"), exe, &["tasks", "list"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("example-block-allocator"));
+    // A binary with no task root above it or its folder: said, with what to do, exit 2.
+    let lone = elsewhere.path().join("bin");
+    std::fs::create_dir(&lone).unwrap();
+    std::fs::copy(exe, lone.join("infradev")).unwrap();
+    let (code, out, err) =
+        infradev_in(elsewhere.path(), &lone.join("infradev"), &["tasks", "list"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("no task root found") && err.contains("--root"),
+        "{err}"
+    );
+    // A --root with no task in it: said, exit 2 (it printed nothing and exited 0).
+    let (code, _, err) = infradev_in(
+        elsewhere.path(),
+        exe,
+        &[
+            "--root",
+            elsewhere.path().to_str().unwrap(),
+            "tasks",
+            "list",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no task under"), "{err}");
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_output_not_the_process() {
+    let err = tempfile::NamedTempFile::new().unwrap();
+    let script = format!(
+        "set -o pipefail; '{}' --root '{}' tasks list 2>'{}' | true",
+        env!("CARGO_BIN_EXE_infradev"),
+        root().display(),
+        err.path().display()
+    );
+    let status = Command::new("bash").args(["-c", &script]).status().unwrap();
+    let stderr = std::fs::read_to_string(err.path()).unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn tasks_show_prints_what_a_person_reads() {
+    let (code, out, err) = infradev_in(
+        &root(),
+        std::path::Path::new(env!("CARGO_BIN_EXE_infradev")),
+        &["tasks", "show", "example-block-allocator"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("resources   0 GPUs,"), "{out}");
+    assert!(!out.contains("Count("), "{out}");
+}

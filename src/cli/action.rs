@@ -265,7 +265,7 @@ pub async fn run_with(root: &Path, args: ActionArgs, env: &ActionEnv) -> u8 {
             let _ = writeln!(summary, "- {note}");
         }
     }
-    print!("{stdout}");
+    crate::out!("{stdout}");
     let _ = std::io::stdout().flush();
 
     let mut problems = Vec::new();

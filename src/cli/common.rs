@@ -4,6 +4,28 @@
 
 use std::path::{Path, PathBuf};
 
+/// `println!` for a command's output: a reader that stops early (`infradev grade … | head`)
+/// ends the output, never the process with a panic. Other write errors end it too: the
+/// output is the command's, its exit code is still the verdict's.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `print!` for a command's output, like [`outln!`].
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        let _ = write!(stdout, $($arg)*);
+        let _ = stdout.flush();
+    }};
+}
+
 use anyhow::Context;
 use clap::ValueEnum;
 
@@ -53,7 +75,8 @@ pub struct SandboxArgs {
     /// Where each phase runs.
     #[arg(long, value_enum, default_value_t = ExecutorKind::Docker)]
     pub executor: ExecutorKind,
-    /// Wheel cache for tasks that install packages (Docker executor).
+    /// Wheel cache for tasks that install packages (Docker executor). Default: the cache
+    /// `infradev tasks fetch` fills, `<INFRADEV_CACHE or ~/.cache/infradev>/wheels`.
     #[arg(long, env = "INFRADEV_WHEELS")]
     pub wheels: Option<PathBuf>,
     /// The interpreter of the local executor; it needs pytest.
@@ -87,10 +110,16 @@ impl SandboxArgs {
         }
     }
 
+    /// The executor, with the wheel cache `--wheels` names, else the one `infradev tasks
+    /// fetch` fills (`<cache>/wheels`: `--cache`, `INFRADEV_CACHE`, `~/.cache/infradev`).
     pub fn choice(&self) -> ExecutorChoice {
         match self.executor {
             ExecutorKind::Docker => ExecutorChoice::Docker {
-                wheels: self.wheels.clone(),
+                wheels: Some(
+                    self.wheels
+                        .clone()
+                        .unwrap_or_else(|| crate::suite::fetch::Cache::locate(None).wheels()),
+                ),
             },
             ExecutorKind::Local => ExecutorChoice::Local {
                 python: self.python.clone(),

@@ -55,7 +55,7 @@ pub async fn run(root: &Path, executor: &ExecutorChoice) -> Result<u8, CliError>
     let mut rows = Vec::new();
     let mut code = exit::RESOLVED;
     for (name, want) in SUBMISSIONS {
-        println!("━━━ submission/{name} ━━━");
+        crate::outln!("━━━ submission/{name} ━━━");
         let request = GradeRequest {
             task: task.clone(),
             repo: repo.clone(),
@@ -67,7 +67,7 @@ pub async fn run(root: &Path, executor: &ExecutorChoice) -> Result<u8, CliError>
             unvalidated: crate::grade::Unvalidated::Refuse,
         };
         let report = grade_with_progress(&request).await?;
-        print!("{}", render_summary(&report));
+        crate::out!("{}", render_summary(&report));
         if report.grade.verdict == Verdict::Error {
             code = exit::INFRA;
         } else if report.grade.verdict != want && code == exit::RESOLVED {
@@ -75,13 +75,16 @@ pub async fn run(root: &Path, executor: &ExecutorChoice) -> Result<u8, CliError>
         }
         rows.push(row(name, &report));
     }
-    println!("━━━ side by side ━━━");
-    println!(
+    crate::outln!("━━━ side by side ━━━");
+    crate::outln!(
         "{:<11} {:<11} {:>9} {:>7}  failure categories",
-        "submission", "verdict", "official", "probes"
+        "submission",
+        "verdict",
+        "official",
+        "probes"
     );
     for r in rows {
-        println!("{r}");
+        crate::outln!("{r}");
     }
     Ok(code)
 }

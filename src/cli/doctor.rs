@@ -43,7 +43,7 @@ impl Checks {
             Level::Fail => "FAIL",
         };
         self.failed += usize::from(level == Level::Fail);
-        println!("{tag} {what}: {}", detail.as_ref());
+        crate::outln!("{tag} {what}: {}", detail.as_ref());
     }
 }
 
@@ -192,7 +192,7 @@ pub async fn doctor_command(root: &Path, args: DoctorArgs) -> u8 {
     if c.failed == 0 {
         exit::RESOLVED
     } else {
-        println!("{} check(s) failed", c.failed);
+        crate::outln!("{} check(s) failed", c.failed);
         exit::INFRA
     }
 }

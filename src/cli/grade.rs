@@ -74,9 +74,9 @@ pub async fn grade_command(root: &Path, args: GradeArgs) -> Result<u8, CliError>
     let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
     if json_to_stdout {
         eprint!("{}", render_summary(&report));
-        print!("{}", render_json(&report));
+        crate::out!("{}", render_json(&report));
     } else {
-        print!("{}", render_summary(&report));
+        crate::out!("{}", render_summary(&report));
     }
     let write = |path: &Path, text: String| {
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))

@@ -85,7 +85,7 @@ pub async fn run(root: &Path, args: JobRunArgs) -> u8 {
     remove_bundle(args.remove_bundle.as_deref());
     match posted {
         Ok(answer) => {
-            println!("{answer}");
+            crate::outln!("{answer}");
             exit::RESOLVED
         }
         Err(e) => {

@@ -35,9 +35,10 @@ pub use tasks::TasksCommand;
     about = "Grades AI-written pull requests with official tests and hidden probes"
 )]
 pub struct Cli {
-    /// The directory holding tasks/, probes/ and runners/.
-    #[arg(long, global = true, env = "INFRADEV_ROOT", default_value = ".")]
-    pub root: PathBuf,
+    /// The directory holding tasks/, probes/ and runners/. Default: the nearest folder holding
+    /// tasks/ and probes/ from the current one up, else from the binary's own folder up.
+    #[arg(long, global = true, env = "INFRADEV_ROOT")]
+    pub root: Option<PathBuf>,
     /// How logs are written to standard error: `text`, or `json` (one object per line).
     /// Colour only on a terminal. `INFRADEV_LOG` filters (default `warn`).
     #[arg(
@@ -128,24 +129,62 @@ impl Cli {
     }
 }
 
+/// The task root: the one given (`--root`, `INFRADEV_ROOT`), else the nearest folder holding
+/// `tasks/` and `probes/` from the current folder up, else from the binary's folder up (a
+/// clone's `target/release/infradev`, or an installation beside its data). Absolute, so that
+/// every path handed to a sandbox or printed in a command works from anywhere.
+pub fn find_root(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(root) = given {
+        return Ok(std::fs::canonicalize(&root).unwrap_or(root));
+    }
+    let is_root = |dir: &std::path::Path| dir.join("tasks").is_dir() && dir.join("probes").is_dir();
+    let cwd = std::env::current_dir().ok();
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|e| std::fs::canonicalize(e).ok());
+    for start in [
+        cwd.as_deref(),
+        exe.as_deref().and_then(std::path::Path::parent),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Some(found) = start.ancestors().find(|d| is_root(d)) {
+            return Ok(std::fs::canonicalize(found).unwrap_or_else(|_| found.to_path_buf()));
+        }
+    }
+    anyhow::bail!(
+        "no task root found: no folder holding tasks/ and probes/ above {} or above the \
+         infradev binary; pass --root DIR or set INFRADEV_ROOT",
+        cwd.as_deref()
+            .map_or("the current folder".to_owned(), |d| d.display().to_string())
+    )
+}
+
 /// Runs the CLI and returns the process exit code.
 pub async fn run(mut cli: Cli) -> u8 {
-    // Every path handed to a sandbox must be absolute; resolve the root once, here.
-    if let Ok(root) = std::fs::canonicalize(&cli.root) {
-        cli.root = root;
-    }
+    // Every path handed to a sandbox or printed must be absolute: the root is found once, here.
+    let root = match (&cli.command, find_root(cli.root.take())) {
+        (_, Ok(root)) => root,
+        // These read no task: a config, a store or nothing names what they need.
+        (Command::Stats(_) | Command::Serve { .. } | Command::App(_), Err(_)) => PathBuf::new(),
+        (_, Err(e)) => {
+            eprintln!("error: {e:#}");
+            return exit::USAGE_OR_TASK;
+        }
+    };
     let log_format = cli.log_format;
     let result = match cli.command {
-        Command::Grade(args) => crate::cli::grade::grade_command(&cli.root, args).await,
-        Command::Tasks(cmd) => tasks::tasks_command(&cli.root, cmd).await,
-        Command::Demo { sandbox } => demo::run(&cli.root, &sandbox.choice()).await,
+        Command::Grade(args) => crate::cli::grade::grade_command(&root, args).await,
+        Command::Tasks(cmd) => tasks::tasks_command(&root, cmd).await,
+        Command::Demo { sandbox } => demo::run(&root, &sandbox.choice()).await,
         Command::Serve { config } => crate::cli::serve::serve(&config, log_format).await,
-        Command::Action(args) => Ok(crate::cli::action::run(&cli.root, args).await),
-        Command::Job(JobCommand::Run(args)) => Ok(crate::cli::job_run::run(&cli.root, args).await),
-        Command::Run(args) => crate::cli::run::run_command(&cli.root, args).await,
+        Command::Action(args) => Ok(crate::cli::action::run(&root, args).await),
+        Command::Job(JobCommand::Run(args)) => Ok(crate::cli::job_run::run(&root, args).await),
+        Command::Run(args) => crate::cli::run::run_command(&root, args).await,
         Command::Stats(args) => crate::cli::stats::stats_command(args).await,
-        Command::Skill(cmd) => crate::cli::skill::skill_command(&cli.root, cmd).await,
-        Command::Doctor(args) => Ok(crate::cli::doctor::doctor_command(&cli.root, args).await),
+        Command::Skill(cmd) => crate::cli::skill::skill_command(&root, cmd).await,
+        Command::Doctor(args) => Ok(crate::cli::doctor::doctor_command(&root, args).await),
         Command::App(AppCommand::Manifest {
             name,
             url,
@@ -156,7 +195,7 @@ pub async fn run(mut cli: Cli) -> u8 {
             if actions_backend {
                 manifest = crate::cli::app_manifest::with_actions_backend(manifest);
             }
-            println!(
+            crate::outln!(
                 "{}",
                 serde_json::to_string_pretty(&manifest).unwrap_or_default()
             );

@@ -69,12 +69,12 @@ pub async fn run_command(root: &std::path::Path, args: RunArgs) -> Result<u8, Cl
     let to_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
     if to_stdout {
         eprint!("{summary}");
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&result.report).unwrap_or_default()
         );
     } else {
-        print!("{summary}");
+        crate::out!("{summary}");
         if let Some(path) = &args.json {
             let json = serde_json::to_vec_pretty(&result.report).unwrap_or_default();
             std::fs::write(path, json).map_err(|e| CliError {

@@ -130,7 +130,7 @@ async fn export(root: &Path, args: ExportArgs) -> Result<u8, CliError> {
             code: exit::INFRA,
             error,
         })?;
-    println!(
+    crate::outln!(
         "wrote {}: SKILL.md, {} task reference(s), provenance.json; built from {} record(s) \
          ({} graded, {} resolved), {}",
         target.display(),

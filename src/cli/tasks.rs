@@ -111,9 +111,15 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
             let registry = Registry::load(root)
                 .context("cannot read the tasks directory")
                 .map_err(CliError::task)?;
+            if registry.tasks.is_empty() {
+                return Err(CliError::task(anyhow::anyhow!(
+                    "no task under {} (pass --root DIR: the folder holding tasks/ and probes/)",
+                    root.join("tasks").display()
+                )));
+            }
             for task in &registry.tasks {
                 match task {
-                    Ok(t) => println!(
+                    Ok(t) => crate::outln!(
                         "{:<32} {:<24} #{:<6} {}{}",
                         t.id,
                         t.repository,
@@ -123,7 +129,7 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                             .map(|why| format!(" [quarantined: {why}]"))
                             .unwrap_or_default()
                     ),
-                    Err(e) => println!("{:<32} (invalid: {e})", "?"),
+                    Err(e) => crate::outln!("{:<32} (invalid: {e})", "?"),
                 }
             }
             Ok(exit::RESOLVED)
@@ -150,18 +156,19 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                 .zip(&powers)
                 .map(|(task, power)| crate::suite::table::Row { task, power })
                 .collect();
-            print!("{}", crate::suite::table::render(&rows));
+            crate::out!("{}", crate::suite::table::render(&rows));
             Ok(exit::RESOLVED)
         }
         TasksCommand::Show { id } => {
             let t = Registry::resolve(root, &id, None).map_err(CliError::task)?;
-            println!("{}: {}\n", t.id, t.title);
-            println!("upstream    {} #{}", t.repository, t.pr);
-            println!(
+            crate::outln!("{}: {}\n", t.id, t.title);
+            crate::outln!("upstream    {} #{}", t.repository, t.pr);
+            crate::outln!(
                 "base        {}\nreference   {}",
-                t.base_commit, t.reference_commit
+                t.base_commit,
+                t.reference_commit
             );
-            println!(
+            crate::outln!(
                 "image       FROM {}{} (Python {}, {} packages)",
                 t.environment.base_image,
                 t.environment
@@ -173,18 +180,18 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                 t.environment.packages.len()
             );
             match &t.upstream.source {
-                UpstreamSource::Git => println!("validated   from git (the commits above)"),
+                UpstreamSource::Git => crate::outln!("validated   from git (the commits above)"),
                 UpstreamSource::Release { base, reference } => {
-                    println!("validated   from release sdists {base} → {reference}")
+                    crate::outln!("validated   from release sdists {base} → {reference}")
                 }
             }
-            println!(
+            crate::outln!(
                 "tests       {} FAIL_TO_PASS, {} PASS_TO_PASS",
                 t.tests.fail_to_pass.len(),
                 t.tests.pass_to_pass.len()
             );
-            println!(
-                "resources   {:?} GPUs, {} MiB, {} CPUs, {} pids, timeouts {}s/{}s",
+            crate::outln!(
+                "resources   {}, {} MiB, {} CPUs, {} pids, timeouts {}s/{}s",
                 t.resources.gpus,
                 t.resources.memory_mb,
                 t.resources.cpus,
@@ -192,12 +199,12 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                 t.resources.timeouts.tests_s,
                 t.resources.timeouts.probes_s
             );
-            println!("\nprobes (requirements only; the source stays hidden):");
+            crate::outln!("\nprobes (requirements only; the source stays hidden):");
             for p in &t.probes.probes {
-                println!("  [{}] {}: {}", p.category, p.id, p.requirement);
+                crate::outln!("  [{}] {}: {}", p.category, p.id, p.requirement);
             }
             let prompt = std::fs::read_to_string(t.prompt_path()).unwrap_or_default();
-            println!("\nprompt:\n{prompt}");
+            crate::outln!("\nprompt:\n{prompt}");
             Ok(exit::RESOLVED)
         }
         TasksCommand::Check { repo } => {
@@ -234,9 +241,9 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                 }
                 match crate::suite::power::run::assess_task(t) {
                     Ok(crate::suite::power::Assessment::NotMeasured) => {
-                        println!("{}: probe power not measured yet", t.id)
+                        crate::outln!("{}: probe power not measured yet", t.id)
                     }
-                    Ok(crate::suite::power::Assessment::Holds { kill_rate, .. }) => println!(
+                    Ok(crate::suite::power::Assessment::Holds { kill_rate, .. }) => crate::outln!(
                         "{}: probe power holds (kill rate {})",
                         t.id,
                         kill_rate.map_or("n/a".into(), crate::suite::power::percent)
@@ -250,14 +257,14 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                 }
             }
             for p in &problems {
-                println!("{p}");
+                crate::outln!("{p}");
             }
             let n = registry.tasks.len();
             if problems.is_empty() {
-                println!("{n} task(s) checked, no problems");
+                crate::outln!("{n} task(s) checked, no problems");
                 Ok(exit::RESOLVED)
             } else {
-                println!("{n} task(s) checked, {} problem(s)", problems.len());
+                crate::outln!("{n} task(s) checked, {} problem(s)", problems.len());
                 Ok(exit::USAGE_OR_TASK)
             }
         }
@@ -273,10 +280,10 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                     let fixes = task.upstream.follow_up_releases.iter().map(|f| &f.release);
                     for release in [base, reference].into_iter().chain(fixes) {
                         let path = fetch_sdist(release, &cache).await.map_err(infra)?;
-                        println!("{}: {release} at {}", task.id, path.display());
+                        crate::outln!("{}: {release} at {}", task.id, path.display());
                     }
                 }
-                println!("{}: wheels in {}", task.id, cache.wheels().display());
+                crate::outln!("{}: wheels in {}", task.id, cache.wheels().display());
             }
             Ok(exit::RESOLVED)
         }
@@ -328,17 +335,17 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                     }
                 };
                 for c in &v.checks {
-                    println!(
+                    crate::outln!(
                         "{} {}: {}",
                         if c.ok { "ok  " } else { "FAIL" },
                         task.id,
                         c.name
                     );
                     for p in &c.problems {
-                        println!("       {p}");
+                        crate::outln!("       {p}");
                     }
                 }
-                println!(
+                crate::outln!(
                     "{}: {} — {}",
                     task.id,
                     if v.ok { "valid" } else { "NOT valid" },
@@ -449,10 +456,10 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                 let report =
                     lint_task(task, &root.join("runners"), &python).map_err(CliError::task)?;
                 for e in &report.errors {
-                    println!("{}: {e}", task.id);
+                    crate::outln!("{}: {e}", task.id);
                 }
                 if report.vacuous() {
-                    println!(
+                    crate::outln!(
                         "{}: no probe uses an upstream symbol that lint can see (an import of \
                          {}, or a `.module(...)` call whose path is a literal or a string \
                          constant), so nothing ties the probes to {}",
@@ -462,7 +469,7 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                     );
                 }
                 for u in &report.unnamed {
-                    println!(
+                    crate::outln!(
                         "{}:{}: {} `{}` is used by a probe but not named in {}",
                         u.file,
                         u.line,
@@ -471,7 +478,7 @@ pub async fn tasks_command(root: &Path, cmd: TasksCommand) -> Result<u8, CliErro
                         report.prompt.display()
                     );
                 }
-                println!(
+                crate::outln!(
                     "{}: {} upstream symbol(s) checked, {} not named",
                     task.id,
                     report.checked,

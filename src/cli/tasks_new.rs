@@ -90,7 +90,7 @@ pub async fn new_command(root: &Path, args: NewArgs) -> Result<u8, CliError> {
         }
     }
     let touched = &plan.task.touched;
-    println!(
+    crate::outln!(
         "new task `{}` from {} #{}: base {}, reference {}",
         plan.id,
         args.repo,
@@ -98,10 +98,10 @@ pub async fn new_command(root: &Path, args: NewArgs) -> Result<u8, CliError> {
         short(&plan.task.base_commit),
         short(&plan.task.reference_commit)
     );
-    println!("  test files: {}", list_or_none(&touched.test_files));
-    println!("  packages: {}", list_or_none(&touched.packages));
+    crate::outln!("  test files: {}", list_or_none(&touched.test_files));
+    crate::outln!("  packages: {}", list_or_none(&touched.packages));
     if !touched.test_infrastructure.is_empty() {
-        println!(
+        crate::outln!(
             "  test infrastructure the change edited (graded as the reference's): {}",
             touched.test_infrastructure.join(", ")
         );
@@ -114,9 +114,13 @@ pub async fn new_command(root: &Path, args: NewArgs) -> Result<u8, CliError> {
 
     let mut proposed = None;
     if args.no_run {
-        println!("  tests not run (--no-run): fill [tests] fail_to_pass and pass_to_pass by hand");
+        crate::outln!(
+            "  tests not run (--no-run): fill [tests] fail_to_pass and pass_to_pass by hand"
+        );
     } else if touched.test_files.is_empty() {
-        println!("  the change touched no test file: name the official tests in [tests] by hand");
+        crate::outln!(
+            "  the change touched no test file: name the official tests in [tests] by hand"
+        );
     } else {
         let proposal = run_both(root, &args, &cache, &clone, &task).await?;
         std::fs::write(
@@ -127,14 +131,14 @@ pub async fn new_command(root: &Path, args: NewArgs) -> Result<u8, CliError> {
         Registry::resolve(root, &task_dir.display().to_string(), Some(&probes_dir)).map_err(
             |e| CliError::task(anyhow::anyhow!("the proposed task.toml does not load: {e}")),
         )?;
-        println!(
+        crate::outln!(
             "  proposed: {} FAIL_TO_PASS, {} PASS_TO_PASS, {} left out",
             proposal.fail_to_pass.len(),
             proposal.pass_to_pass.len(),
             proposal.left_out.len()
         );
         for (id, why) in &proposal.left_out {
-            println!("    left out: {id} ({why})");
+            crate::outln!("    left out: {id} ({why})");
         }
         proposed = Some(proposal);
     }
@@ -241,7 +245,7 @@ async fn run_both(
         ("base", &task.base_commit),
         ("reference", &task.reference_commit),
     ] {
-        println!("  running the test files on the {name} ({})", short(head));
+        crate::outln!("  running the test files on the {name} ({})", short(head));
         let request = GradeRequest {
             task: task.clone(),
             repo: clone.to_path_buf(),
@@ -260,7 +264,7 @@ async fn run_both(
             CliError::infra(anyhow::anyhow!("running the tests on the {name}: {e}"))
         })?;
         for file in &run.collect_errors {
-            println!("    {file}: cannot be imported on the {name}");
+            crate::outln!("    {file}: cannot be imported on the {name}");
         }
         runs.push(run.outcomes);
     }
@@ -312,31 +316,31 @@ fn print_left_to_do(
     clone: &Path,
     proposal: Option<&Proposal>,
 ) {
-    println!(
+    crate::outln!(
         "\nwritten: {}/{{task.toml,prompt.md}}, {}/",
         task_dir.display(),
         probes_dir.display()
     );
-    println!("left to write:");
-    println!(
+    crate::outln!("left to write:");
+    crate::outln!(
         "  - task.toml: `summary`, [resources] (memory, GPUs, timeouts) and `default_category`"
     );
     if proposal.is_none() {
-        println!("  - task.toml: [tests] fail_to_pass and pass_to_pass");
+        crate::outln!("  - task.toml: [tests] fail_to_pass and pass_to_pass");
     } else {
-        println!("  - task.toml: review the proposed [tests] lists and the tests left out");
+        crate::outln!("  - task.toml: review the proposed [tests] lists and the tests left out");
     }
-    println!(
+    crate::outln!(
         "  - prompt.md: the problem, every interface the probes call, the semantics (each TODO)"
     );
-    println!(
+    crate::outln!(
         "  - {}/: the probes (the skeleton fails until written) and each probe's requirement in probes.toml",
         probes_dir.display()
     );
-    println!("then:");
-    println!("  infradev tasks lint {id}");
-    println!("  infradev tasks validate {id} --git {}", clone.display());
-    println!("  infradev tasks power {id} --git {}", clone.display());
+    crate::outln!("then:");
+    crate::outln!("  infradev tasks lint {id}");
+    crate::outln!("  infradev tasks validate {id} --git {}", clone.display());
+    crate::outln!("  infradev tasks power {id} --git {}", clone.display());
 }
 
 /// `tasks/<group>/`: the repository's name up to its first `-`, lowercased

@@ -187,6 +187,17 @@ pub enum Gpus {
     Ids(Vec<String>),
 }
 
+impl std::fmt::Display for Gpus {
+    /// `0 GPUs`, `2 GPUs`, `GPUs 0,3`: as `tasks show` and logs print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gpus::Count(1) => write!(f, "1 GPU"),
+            Gpus::Count(n) => write!(f, "{n} GPUs"),
+            Gpus::Ids(ids) => write!(f, "GPUs {}", ids.join(",")),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resources {
     pub gpus: Gpus,

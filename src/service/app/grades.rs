@@ -119,11 +119,7 @@ pub async fn grade_page(
         report: report_of(&job),
         history,
         web_url: web_url.to_owned(),
-        probes_dir: root
-            .join("probes")
-            .join(&job.job.task_id)
-            .display()
-            .to_string(),
+        root: root.display().to_string(),
     }))
 }
 

@@ -56,7 +56,7 @@ impl Processor {
     pub async fn process_pending(&self) -> anyhow::Result<usize> {
         let mut handled = 0;
         for delivery in self.store.unprocessed_deliveries(BATCH).await? {
-            let span = tracing::info_span!("delivery", id = %delivery.delivery_id, event = %delivery.event, action = ?delivery.action);
+            let span = tracing::info_span!("delivery", id = %delivery.delivery_id, event = %delivery.event, action = delivery.action.as_deref().unwrap_or("-"));
             let _guard = span.enter();
             match self.handle(&delivery).await {
                 Ok(()) => {

@@ -52,8 +52,8 @@ pub struct GradePage {
     pub history: Vec<HistoryRow>,
     /// `https://github.com/`: where the repository is cloned from.
     pub web_url: String,
-    /// The grader's probe directory of the task (operators only; part of the command).
-    pub probes_dir: String,
+    /// The grader's task root, holding tasks/ and probes/ (operators only; part of the command).
+    pub root: String,
 }
 
 fn verdict_class(v: Verdict) -> &'static str {
@@ -340,14 +340,14 @@ pub fn reproduce_commands(p: &GradePage) -> String {
     format!(
         "git clone {web}{repo}.git submission && cd submission\n\
          git fetch origin pull/{number}/head && git checkout --detach {head}\n\
-         infradev grade --task {task} --repo . --head {head} --probes {probes} \
-         --executor {executor} --json report.json --junit junit.xml\n",
+         infradev --root {root} grade --task {task} --repo . --head {head} \
+         --executor {executor} --json ../report.json --junit ../junit.xml\n",
         web = p.web_url,
         repo = p.repo,
         number = p.number,
         head = p.head_sha,
         task = p.task_id,
-        probes = p.probes_dir,
+        root = p.root,
     )
 }
 

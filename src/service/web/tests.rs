@@ -42,7 +42,7 @@ fn page_of(report: Report) -> GradePage {
         ],
         report: Some(report),
         web_url: "https://github.com/".into(),
-        probes_dir: "/srv/infradev/probes/shard-adam-state".into(),
+        root: "/srv/infradev".into(),
     }
 }
 
@@ -88,8 +88,9 @@ fn the_public_page_shows_what_the_check_run_shows_and_the_operator_page_everythi
         reproduce_commands(&p),
         "git clone https://github.com/infradev-mirrors/minicache.git submission && cd submission\n\
          git fetch origin pull/7/head && git checkout --detach abcdef0123456789abcdef0123456789abcdef01\n\
-         infradev grade --task shard-adam-state --repo . --head abcdef0123456789abcdef0123456789abcdef01 \
-         --probes /srv/infradev/probes/shard-adam-state --executor local --json report.json --junit junit.xml\n"
+         infradev --root /srv/infradev grade --task shard-adam-state --repo . \
+         --head abcdef0123456789abcdef0123456789abcdef01 --executor local --json ../report.json \
+         --junit ../junit.xml\n"
     );
 }
 

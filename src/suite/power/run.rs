@@ -607,15 +607,19 @@ pub fn summary(task: &str, r: &PowerRecord) -> String {
 /// Prints a task's power figures, each survivor and each rejected variant; returns whether
 /// the probes hold (kill rate at the threshold, no variant rejected).
 pub fn print_outcome(task: &str, record: &PowerRecord) -> bool {
-    println!("{}", summary(task, record));
+    crate::outln!("{}", summary(task, record));
     for m in record
         .mutants
         .iter()
         .filter(|m| m.status == super::Status::Survived)
     {
-        println!(
+        crate::outln!(
             "  survived {} {} at {}: `{}` → `{}`",
-            m.site.id, m.site.operator, m.site.location, m.site.original, m.site.replacement
+            m.site.id,
+            m.site.operator,
+            m.site.location,
+            m.site.original,
+            m.site.replacement
         );
     }
     for v in record
@@ -623,7 +627,7 @@ pub fn print_outcome(task: &str, record: &PowerRecord) -> bool {
         .iter()
         .filter(|v| v.status == super::VariantStatus::Rejected)
     {
-        println!(
+        crate::outln!(
             "  rejected variant {} {} at {} by {}",
             v.site.id,
             v.site.operator,
