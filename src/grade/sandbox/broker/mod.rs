@@ -582,9 +582,15 @@ impl<H: SubjectHost> Session<'_, H> {
             Some(s) => s.meter.end(&test.baseline),
             None => Usage::default(),
         };
+        // A rank that vanished counts with its last reading (and its test failed for it);
+        // only a live rank that cannot be read leaves a traffic budget unenforceable.
         let ranks = ranks::rank_traffic(&test.ranks);
-        if ranks.is_err() && test.budget.as_ref().is_some_and(|b| b.rank_bytes.is_some()) {
-            self.fail_infra("a rank's traffic could not be measured for a traffic budget");
+        let traffic_budget = test
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.rank_bytes.is_some() || b.collective_bytes.is_some());
+        if ranks.is_err() && traffic_budget {
+            self.fail_infra("a live rank's traffic could not be measured for a traffic budget");
         }
         let usage = Usage {
             peak_memory_mb: test
@@ -592,10 +598,11 @@ impl<H: SubjectHost> Session<'_, H> {
                 .iter()
                 .filter_map(|r| r.usage.peak_memory_mb)
                 .fold(usage.peak_memory_mb, |a, b| Some(a.map_or(b, |a| a.max(b)))),
-            // The subject's bytes and every measured rank's.
+            // The subject's bytes and every measured rank's; no figure when one is missing.
             sent_bytes: match ranks {
                 Ok(Some((_, total))) => usage.sent_bytes.map(|s| s.saturating_add(total)),
-                _ => usage.sent_bytes,
+                Ok(None) => usage.sent_bytes,
+                Err(()) => None,
             },
         };
         let rank_max = ranks.ok().flatten().map(|(max, _)| max);

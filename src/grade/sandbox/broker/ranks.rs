@@ -20,6 +20,7 @@ use super::meter::{Baseline, Meter, Usage};
 use super::{Fault, SUBJECT_SOCKET, Session, SubjectHost, accept_subject, listen, read_raw};
 use super::{frame, write_frame};
 use crate::grade::sandbox::broker::FrameError;
+use crate::grading::Kill;
 
 pub use crate::task::MAX_WORLD_SIZE;
 /// The smallest (one rank is the ordinary subject).
@@ -149,28 +150,36 @@ impl<H: SubjectHost> Session<'_, H> {
         Ok(group)
     }
 
-    /// Ends the running group, if any: its measurements go to the test in flight.
+    /// Ends the running group, if any: its measurements go to the test in flight. A rank
+    /// that is gone by then (it exited after its last call) crashed: the submission's failure.
     pub(super) async fn stop_group(&mut self) {
         let Some(group) = self.group.take() else {
             return;
         };
-        self.record_group(group);
+        let vanished = self.record_group(group);
+        if vanished && let Some(test) = &mut self.test {
+            test.kill = test.kill.or(Some(Kill::Crashed));
+        }
         self.host.stop_ranks().await;
     }
 
-    /// Closes a group's measurements into the test in flight.
-    fn record_group(&mut self, mut group: Group) {
+    /// Closes a group's measurements into the test in flight; says whether a rank of it
+    /// has vanished (its traffic counts as last read, after its last call).
+    fn record_group(&mut self, mut group: Group) -> bool {
         let Some(test) = &mut self.test else {
-            return;
+            return false;
         };
+        let mut vanished = false;
         for rank in &mut group.ranks {
             if let Some(baseline) = rank.baseline.take() {
+                vanished |= rank.meter.vanished();
                 test.ranks.push(RankUsage {
                     usage: rank.meter.end(&baseline),
                     traffic_measured: rank.meter.measures_traffic(),
                 });
             }
         }
+        vanished
     }
 
     /// Arms every rank's measurement (a test starts while a group runs).
