@@ -444,6 +444,21 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_limits_are_the_codecs() {
+        // The subject's and the judge's encoders stay within these: one set of limits.
+        let codec = include_str!("../../../../runners/python/subject/infradev_wire.py");
+        for line in [
+            "MAX_FRAME = 64 * 1024 * 1024\n".to_owned(),
+            format!("MAX_FRAME_DEPTH = {MAX_FRAME_DEPTH}\n"),
+            "MAX_ANSWER = MAX_FRAME + (1 << 16)\n".to_owned(),
+        ] {
+            assert!(codec.contains(&line), "infradev_wire.py has no {line:?}");
+        }
+        assert_eq!(MAX_FRAME, 64 * 1024 * 1024);
+        assert_eq!(MAX_TO_JUDGE, MAX_FRAME + (1 << 16));
+    }
+
     fn nested(depth: usize) -> String {
         "[".repeat(depth) + &"]".repeat(depth)
     }
