@@ -43,6 +43,9 @@ pub struct Scan {
     pub depth: usize,
     /// The integers of every `"$callback"` key: the judge callbacks a request hands out.
     pub callbacks: Vec<u64>,
+    /// A `\uXXXX` escape of half a surrogate pair (JSON's grammar allows it; no text is made
+    /// of it, and neither codec ever writes one).
+    pub lone_surrogate: bool,
 }
 
 /// One linear, iterative pass over JSON text (already checked to be strict JSON).
@@ -68,7 +71,18 @@ pub fn scan(json: &[u8]) -> Scan {
                 while j < json.len() && json[j] != b'"' {
                     if json[j] == b'\\' {
                         escaped = true;
-                        j += 2;
+                        match surrogate_at(json, j) {
+                            Some(Surrogate::High)
+                                if surrogate_at(json, j + 6) == Some(Surrogate::Low) =>
+                            {
+                                j += 12
+                            }
+                            Some(_) => {
+                                out.lone_surrogate = true;
+                                j += 2;
+                            }
+                            None => j += 2,
+                        }
                     } else {
                         j += 1;
                     }
@@ -87,6 +101,26 @@ pub fn scan(json: &[u8]) -> Scan {
         }
     }
     out
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Surrogate {
+    High,
+    Low,
+}
+
+/// Whether the escape at `i` is `\uD800`-`\uDFFF`, and which half.
+fn surrogate_at(json: &[u8], i: usize) -> Option<Surrogate> {
+    let escape = json.get(i..i + 6)?;
+    if &escape[..2] != b"\\u" {
+        return None;
+    }
+    let code = u16::from_str_radix(std::str::from_utf8(&escape[2..]).ok()?, 16).ok()?;
+    match code {
+        0xD800..=0xDBFF => Some(Surrogate::High),
+        0xDC00..=0xDFFF => Some(Surrogate::Low),
+        _ => None,
+    }
 }
 
 fn skip_ws(json: &[u8], mut i: usize) -> usize {
@@ -184,7 +218,8 @@ impl SubjectReply {
             _ => return Err(()),
         };
         let id = frame.id;
-        if scan(&bytes).depth > MAX_FRAME_DEPTH {
+        let scanned = scan(&bytes);
+        if scanned.depth > MAX_FRAME_DEPTH || scanned.lone_surrogate {
             return Err(());
         }
         Ok(SubjectReply {
@@ -343,6 +378,9 @@ impl<'a> JudgeFrame<'a> {
         if scanned.depth > MAX_FRAME_DEPTH {
             return Err(format!("a frame nested deeper than {MAX_FRAME_DEPTH}"));
         }
+        if scanned.lone_surrogate {
+            return Err("a string with half a surrogate pair".to_owned());
+        }
         Ok((frame, scanned.callbacks))
     }
 
@@ -405,6 +443,8 @@ mod tests {
             String::from_utf8(ok.to_judge(Some(7)).to_vec()).unwrap(),
             r#"{"id":3,"ok":null,"subject_ns":7}"#
         );
+        // Escapes, a surrogate pair among them, are text like any other.
+        assert!(parse(r#"{"id":3,"ok":"\ud83d\ude00 \u00e9 \\u d800 \"\\"}"#).is_ok());
         let err = parse(r#"{"err":{"builtin":null,"classes":[]},"id":4}"#).unwrap();
         assert_eq!(err.kind, Kind::Err);
         assert_eq!(
@@ -438,6 +478,9 @@ mod tests {
             r#"{"id":1,"callback":{"cb":"1","args":[],"kwargs":{}}}"#,
             r#"{"id":1,"ok":NaN}"#,
             r#"{"id":1,"ok":[1,}"#,
+            r#"{"id":1,"ok":"\ud800"}"#,
+            r#"{"id":1,"ok":"\udc00\ud800"}"#,
+            r#"{"id":1,"ok":{"\ud83d":1}}"#,
             r#"[1]"#,
         ] {
             assert!(parse(bad).is_err(), "{bad} was accepted");
