@@ -29,6 +29,8 @@ pub struct Meter {
     net_dev: Option<PathBuf>,
     /// That process (the sandbox's first): while it lives, the sandbox does.
     pid: Option<u32>,
+    /// Whether that process was ever seen alive (a pid this host cannot see never vanishes).
+    seen: bool,
 }
 
 /// Readings at the start of a scenario.
@@ -60,6 +62,7 @@ impl Meter {
             memory,
             net_dev: net_pid.map(|p| PathBuf::from(format!("/proc/{p}/net/dev"))),
             pid: net_pid,
+            seen: false,
         }
     }
 
@@ -82,15 +85,25 @@ impl Meter {
         self.net_dev.is_some()
     }
 
-    /// Whether the measured sandbox is gone (its process has exited): its figures are its
-    /// last readings, and its end is its own doing. False where no process is known.
+    /// Whether the measured sandbox is gone (its process, seen alive before, has exited):
+    /// its figures are its last readings, and its end is its own doing. False where no
+    /// process is known or it was never seen.
     pub fn vanished(&self) -> bool {
+        self.seen && !self.alive()
+    }
+
+    fn alive(&self) -> bool {
         self.pid
-            .is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists())
+            .is_some_and(|p| Path::new(&format!("/proc/{p}")).exists())
+    }
+
+    fn look(&mut self) {
+        self.seen |= self.alive();
     }
 
     /// Starts a scenario: resets the peak where the kernel allows it, reads the baselines.
     pub fn begin(&mut self) -> Baseline {
+        self.look();
         let peak_reset = self.reset_peak();
         let memory_bytes = self.current_memory();
         let sent_bytes = self.sent_bytes();
@@ -106,6 +119,7 @@ impl Meter {
     /// Records the current memory and traffic after a call (catches peaks where no reset is
     /// possible; keeps what a sandbox that exits before the end had sent).
     pub fn sample(&mut self, baseline: &mut Baseline) {
+        self.look();
         if let Some(now) = self.current_memory() {
             baseline.sampled_peak = Some(baseline.sampled_peak.map_or(now, |p| p.max(now)));
         }
@@ -326,6 +340,10 @@ eth0:     50       1    0    0    0     0          0         0      70       1  
         assert!(!meter.vanished());
         assert_eq!(meter.end(&base).sent_bytes, None);
         assert!(!Meter::default().vanished());
+        // A process this host never saw (another pid namespace) has not vanished.
+        let mut unseen = Meter::new(None, Some(u32::MAX - 1));
+        unseen.begin();
+        assert!(!unseen.vanished());
     }
 
     #[test]
