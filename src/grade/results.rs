@@ -293,6 +293,11 @@ impl PhaseResults {
         self.results.get(nodeid).map(|r| r.outcome)
     }
 
+    /// The kill the broker recorded against a test, if any.
+    pub fn kill_of(&self, nodeid: &str) -> Option<Kill> {
+        self.results.get(nodeid).and_then(|r| r.kill)
+    }
+
     /// Node ids with a result that end with `suffix` (the canaries' node ids depend on where
     /// pytest puts its root).
     pub fn find_result(&self, suffix: &str) -> Option<Outcome> {

@@ -57,6 +57,24 @@ _FAULT_TEXT = {
     "protocol": "the subject broke the protocol and was replaced",
 }
 _KINDS = frozenset(("module", "class", "function", "method", "object"))
+# The frames the broker sends for a call to the subject, by their exact key sets
+# (docs/probe-protocol.md "Frame shapes and limits"): anything else is a ProtocolError.
+_SHAPES = {
+    frozenset(("id", "ok")): "ok",  # a nested call's reply (inside a callback)
+    frozenset(("id", "ok", "subject_ns")): "ok",
+    frozenset(("id", "err")): "err",
+    frozenset(("id", "err", "subject_ns")): "err",
+    frozenset(("id", "callback")): "callback",
+    frozenset(("id", "fault", "generation")): "fault",
+}
+
+
+def _shape(msg):
+    """What a frame is, from its whole key set."""
+    kind = _SHAPES.get(frozenset(msg))
+    if kind is None:
+        raise ProtocolError("a frame of an unknown shape")
+    return kind
 
 # Attribute names answered locally (AttributeError) instead of asking the subject: protocols
 # that numpy, torch, pytest, copy and pickle probe for on any object.
@@ -96,6 +114,12 @@ def _raised_local(exc):
     return {"builtin": builtin, "classes": classes}
 
 
+def _abandon(exc):
+    """``exc``, marked to end the call it is raised in (inside a callback)."""
+    exc._infradev_abandon = True
+    return exc
+
+
 def _client_generation():
     c = _client
     return c.generation if c is not None else None
@@ -130,7 +154,7 @@ class Client:
 
     def __init__(self, sock):
         self.sock = sock
-        self.reader = wire.FrameReader(sock, max_frame=wire.MAX_FRAME + (1 << 16))
+        self.reader = wire.FrameReader(sock, max_frame=wire.MAX_ANSWER)
         self._read = self.reader.read
         self._send = sock.sendall
         self.generation = None
@@ -256,24 +280,22 @@ class Client:
             msg = read()
             if msg is None:
                 raise ProtocolError("the broker closed the connection")
-            if "fault" in msg:
+            what = _shape(msg)
+            if what == "fault":
                 raise self._on_fault(msg)
-            if msg.get("id") != n:
+            if msg["id"] != n:
                 raise ProtocolError("a reply to another call")
-            if "ok" in msg:
+            if what == "ok":
                 self.stack.pop()
                 ns = msg.get("subject_ns")
                 if type(ns) is int:
                     self.last_subject_ns = ns
                     self.subject_ns += ns
                 return self._reply_value(msg["ok"], kind, hint)
-            if "err" in msg:
+            if what == "err":
                 self.stack.pop()
                 raise self.remote_error(msg["err"], hint)
-            if "callback" in msg:
-                self._serve_callback(n, msg["callback"])
-                continue
-            raise ProtocolError("not a reply")
+            self._serve_callback(n, msg["callback"])
 
     def _reply_value(self, value, kind, hint):
         """A reply's ``ok`` value as the caller asked for it: decoded, a handle, or raw."""
@@ -317,12 +339,13 @@ class Client:
                     if "fault" in msg and group is not None:
                         group._ended()
                     continue
-                if "fault" in msg:
+                what = _shape(msg)
+                if what == "fault":
                     self._on_fault(msg)
                     return
-                if msg.get("id") != top:
+                if msg["id"] != top:
                     raise ProtocolError("a reply to another call")
-                if "callback" in msg:
+                if what == "callback":
                     self._send(wire.pack({"id": top, "callback_err": {
                         "builtin": "RuntimeError", "classes": []}}))
                     continue
@@ -362,7 +385,7 @@ class Client:
                 msg = self._read()
                 if msg is None:
                     raise ProtocolError("the broker closed the connection")
-                if msg.get("op") == "started":
+                if msg == {"op": "started", "nodeid": nodeid}:
                     return
                 raise ProtocolError("the broker did not answer start")
         finally:
@@ -389,11 +412,11 @@ class Client:
         self.busy = 0
         self.in_callback += 1
         try:
-            if type(payload) is not dict or set(payload) - {"cb", "args", "kwargs"}:
-                raise ProtocolError("bad callback")
-            fn = self.callbacks.get(payload.get("cb")) if type(payload.get("cb")) is int else None
-            if fn is None:
-                raise ProtocolError("unknown callback")
+            if type(payload) is not dict or set(payload) != {"cb", "args", "kwargs"}:
+                raise _abandon(ProtocolError("bad callback"))
+            fn = self.callbacks.get(payload["cb"]) if type(payload["cb"]) is int else None
+            if fn is None:  # never handed out: the subject forged it
+                raise _abandon(ProtocolError("unknown callback"))
             args = self._decode(payload.get("args", []))
             kwargs = self._decode(payload.get("kwargs", _NO_KWARGS))
             if type(args) is not list or type(kwargs) is not dict:

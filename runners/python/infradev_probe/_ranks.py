@@ -103,11 +103,13 @@ class RankClient(Client):
             self.subject_ns += ns
         return self._result(msg, kind, hint)
 
-    def _result(self, msg, kind, hint):
+    def _result(self, msg, kind, hint, envelope=("id", "subject_ns", "group")):
+        """A rank's reply (exactly its ``ok`` or ``err`` and the broker's ``envelope``)."""
         __tracebackhide__ = True
-        if "ok" in msg:
+        keys = set(msg)
+        if keys == {"ok", *envelope}:
             return self._reply_value(msg["ok"], kind, hint)
-        if "err" in msg:
+        if keys == {"err", *envelope}:
             raise self.remote_error(msg["err"], hint)
         raise ProtocolError("not a reply")
 
@@ -285,7 +287,7 @@ class RankGroup:
             ns = reply.get("subject_ns")
             times.append(ns if type(ns) is int else None)
             try:
-                out.append(rank._rank_client._result(reply, _VALUE, hints[r]))
+                out.append(rank._rank_client._result(reply, _VALUE, hints[r], ("subject_ns",)))
             except ProtocolError:
                 raise
             except Exception as e:  # the rank raised: reported after every reply is read

@@ -544,11 +544,9 @@ class Server:
             raise RuntimeError("a judge callback can only be called while a request is served")
         rid = self.serving[-1]
         enc = self._encode
-        payload = {
-            "cb": cb,
-            "args": [enc(a) for a in args],
-            "kwargs": {"$dict": [[k, enc(v)] for k, v in kwargs.items()]},
-        }
+        # The argument list and the kwargs dict are values of their own, as the judge decodes
+        # them: an argument is one level down, so the depth limit is the same both ways.
+        payload = {"cb": cb, "args": enc(_list(args)), "kwargs": enc(_dict(kwargs))}
         self.send(_pack({"id": rid, "callback": payload}))
         while True:
             msg = self._read()

@@ -39,6 +39,8 @@ import sys
 __all__ = [
     "MAX_FRAME",
     "MAX_DEPTH",
+    "MAX_FRAME_DEPTH",
+    "MAX_ANSWER",
     "MAX_ITEMS",
     "MAX_STR",
     "DTYPES",
@@ -53,6 +55,13 @@ __all__ = [
 
 MAX_FRAME = 64 * 1024 * 1024
 MAX_DEPTH = 64
+# The deepest JSON nesting of a frame, which the broker enforces both ways. A value within
+# MAX_DEPTH takes at most 3 JSON levels per value level ({"$dict":[[k,v]]}) plus 3 for its
+# innermost item: 195; the deepest envelope (a batch inside a rank call, a call_ranks answer)
+# adds 6, so every frame built from legal values fits.
+MAX_FRAME_DEPTH = 256
+# The largest frame the broker sends the judge: a reply of MAX_FRAME plus the broker's fields.
+MAX_ANSWER = MAX_FRAME + (1 << 16)
 MAX_ITEMS = 10_000_000
 MAX_STR = 16 * 1024 * 1024
 # Decimal digits of an ``$int``: CPython's own default limit on int <-> str conversions.

@@ -373,3 +373,77 @@ def test_what_cannot_be_sent(broker):
     with pytest.raises(NotEncodable):
         subject.fetch(h)
     assert subject.fetch([1]) == [1]  # local values are returned as they are
+
+
+def test_replies_of_any_other_shape_are_protocol_errors(broker):
+    # The broker sends only these shapes; a frame that is two things at once (the red team's
+    # reply that is also a callback) is never taken for either.
+    bad = [
+        lambda n: {"id": n, "ok": None, "callback": {}},
+        lambda n: {"id": n, "ok": None, "op": "started", "nodeid": "x"},
+        lambda n: {"id": n, "ok": None, "err": {"builtin": None, "classes": []}},
+        lambda n: {"id": n, "err": {"builtin": None, "classes": []}, "extra": 1},
+        lambda n: {"id": n, "callback": {"cb": 1, "args": [], "kwargs": {"$dict": []}},
+                   "subject_ns": 1},
+        lambda n: {"id": n, "fault": "crashed"},
+        lambda n: {"id": n},
+    ]
+
+    def script(p):
+        for frame in bad:
+            n, _ = p.call("call")
+            p.send(frame(n))
+            p.send({"id": n, "ok": None})  # drained before the next call
+        p.ok(1, "put")
+
+    broker(script)
+    c = _core.current_client()
+    fn = _core.Handle(c, 8, c.generation, FUNC)
+    c.pinned.add(8)
+    for frame in bad:
+        with pytest.raises(wire.ProtocolError):
+            fn()
+    assert subject.put(1) == 1
+
+
+def test_start_is_answered_with_its_own_node_id(broker):
+    def script(p):
+        for answer in ({"op": "started", "nodeid": "other"},
+                       {"op": "started", "nodeid": "t", "id": 1, "ok": None},
+                       {"op": "started", "nodeid": "t"}):
+            assert p.read() == {"op": "event", "event": {"event": "start", "nodeid": "t"}}
+            p.send(answer)
+
+    broker(script)
+    c = _core.current_client()
+    for _ in range(2):
+        with pytest.raises(wire.ProtocolError):
+            c.start("t")
+    c.start("t")
+
+
+def test_a_callback_never_handed_out_ends_the_call(broker):
+    def script(p):
+        n, req = p.call("call")
+        assert req["args"] == [{"$callback": 1}]
+        p.send({"id": n, "callback": {"cb": 99, "args": [], "kwargs": {"$dict": []}}})
+        assert p.read() == {"id": n, "callback_err": {"builtin": "Exception", "classes": []}}
+        p.send({"id": n, "ok": None})  # the subject goes on: drained later
+        n, _ = p.call("call")
+        p.send({"id": n, "callback": {"cb": 1, "args": [], "kwargs": {"$dict": []},
+                                      "extra": 1}})
+        p.read()
+        p.send({"id": n, "ok": None})
+        p.ok(1, "put")
+
+    broker(script)
+    c = _core.current_client()
+    fn = _core.Handle(c, 8, c.generation, FUNC)
+    c.pinned.add(8)
+    called = []
+    with pytest.raises(wire.ProtocolError):
+        fn(called.append)
+    with pytest.raises(wire.ProtocolError):
+        fn(called.append)
+    assert called == []
+    assert subject.put(1) == 1

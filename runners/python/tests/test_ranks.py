@@ -221,3 +221,24 @@ def test_a_bad_rank_welcome_is_refused(start_subject, env):
     assert s.proc.wait(timeout=10) == 2
     assert s.reader.read() is None
 
+
+
+def test_rank_replies_have_exact_shapes(broker):
+    def script(p):
+        start_group(p)
+        n, _ = rank_call(p, 0, "import")
+        p.send({"id": n, "ok": ref(3, MOD), "subject_ns": 1, "group": 7, "callback": {}})
+        for r in range(2):
+            rank_ok(p, r, ref(3 + r, MOD), "import")
+            rank_ok(p, r, ref(5 + r, FUNC), "getattr")
+        msg = p.read()
+        p.send({"id": msg["id"], "group": 7, "ranks": [
+            {"ok": 1, "subject_ns": 1}, {"ok": 2, "subject_ns": 1, "err": None}]})
+        stop_group(p)
+
+    broker(script)
+    with subject.ranks(2) as group:
+        with pytest.raises(wire.ProtocolError):
+            group[0].module("ringx").f
+        with pytest.raises(wire.ProtocolError):
+            group.call_same("ringx", "f")

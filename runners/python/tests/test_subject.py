@@ -309,3 +309,33 @@ def test_hot_path_cost(subj):
     per_call = (time.perf_counter() - t) / len(frame_for)
     print("call_method round trip: %.1f us" % (per_call * 1e6))
     assert per_call < 0.002  # generous: a loaded CI machine
+
+
+def deepest(levels, leaf):
+    """A value ``levels`` dicts deep: each dict level is 3 JSON levels (``$dict``, pairs, pair)."""
+    v = leaf
+    for _ in range(levels):
+        v = {"k": v}
+    return v
+
+
+def test_values_at_the_depth_limit_cross_both_ways(subj):
+    judge = wire.Codec(decode_ref=lambda tag: tag)
+    value = deepest(wire.MAX_DEPTH, complex(1, float("inf")))
+    w = wire.Codec().encode(value)
+    h = subj.ref({"op": "put", "value": w})
+    assert judge.decode(subj.ok({"op": "fetch", "obj": {"$ref": h}})) == value
+
+    # The subject builds [value] (one level more) and passes it to a judge callback: the
+    # arguments cross as one list value, so the judge can decode what the subject encoded.
+    c = counter(subj)
+    n = subj.next_id
+    subj.next_id += 1
+    subj.send({"id": n, "req": {"op": "call_method", "obj": {"$ref": c}, "name": "apply",
+                                "args": [{"$callback": 1}, [{"$ref": h}]], "kwargs": NO_KW}})
+    msg = subj.read()
+    args = judge.decode(msg["callback"]["args"])
+    assert type(args) is list and len(args) == 1
+    assert judge.decode(msg["callback"]["kwargs"]) == {}
+    subj.send({"id": n, "callback_ok": None})
+    assert subj.read() == {"id": n, "ok": None}

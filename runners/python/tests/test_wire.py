@@ -603,3 +603,45 @@ def test_torch_sizes_are_tuples_and_tensor_subclasses_do_not_cross():
     with pytest.raises(wire.NotEncodable):
         c.encode(t, strict=True)
     assert CALLED == []
+
+def json_depth(v):
+    """How deep arrays and objects nest in a JSON-able value."""
+    deepest = 0
+    stack = [(v, 1)]
+    while stack:
+        x, d = stack.pop()
+        if type(x) is list:
+            deepest = max(deepest, d)
+            stack.extend((y, d + 1) for y in x)
+        elif type(x) is dict:
+            deepest = max(deepest, d)
+            stack.extend((y, d + 1) for y in x.values())
+    return deepest
+
+
+def test_the_deepest_legal_value_fits_every_frame():
+    value = complex(1, float("inf"))
+    for _ in range(wire.MAX_DEPTH):
+        value = {"k": value}
+    w = wire.Codec().encode(value)
+    assert json_depth(w) == 3 * wire.MAX_DEPTH + 3
+    with pytest.raises(wire.NotEncodable):
+        wire.Codec().encode({"k": value})
+    req = {"op": "call", "obj": {"$ref": 1}, "args": w, "kwargs": w}
+    frames = [
+        # judge -> broker
+        {"op": "call", "id": 1, "req": req},
+        {"op": "call", "id": 1, "rank": 0, "req": {"op": "batch", "reqs": [req]}},
+        {"op": "call_ranks", "id": 1, "reqs": [req] * 4},
+        {"id": 1, "callback_ok": w},
+        # subject -> broker
+        {"id": 1, "ok": w},
+        {"id": 1, "ok": [{"ok": w}]},
+        {"id": 1, "ok": {"params": [{"name": "a", "kind": "KEYWORD_ONLY", "default": w}]}},
+        {"id": 1, "callback": {"cb": 1, "args": w, "kwargs": w}},
+        # broker -> judge
+        {"id": 1, "group": 1, "ranks": [{"ok": [{"ok": w}], "subject_ns": 1}] * 4},
+    ]
+    for frame in frames:
+        assert json_depth(frame) <= wire.MAX_FRAME_DEPTH, frame.keys()
+        assert wire.loads(wire.pack(frame)[4:]) == frame

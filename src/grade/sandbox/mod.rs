@@ -129,7 +129,8 @@ pub(crate) fn broker_config(spec: &PhaseSpec, progress: Arc<AtomicUsize>) -> bro
         budgets: spec.budgets.clone(),
         call_timeout: Duration::from_secs(spec.test_timeout_s.max(1)),
         startup_timeout: STARTUP_TIMEOUT,
-        max_reply: 64 << 20,
+        max_reply: broker::MAX_FRAME,
+        max_callbacks: broker::MAX_CALLBACKS_PER_CALL,
         progress: Some(progress),
     }
 }

@@ -78,11 +78,22 @@ pub async fn write_raw<W: AsyncWriteExt + Unpin>(
     writer: &mut W,
     body: &[u8],
 ) -> Result<(), FrameError> {
-    let len = u32::try_from(body.len())
-        .map_err(|_| FrameError::TooLarge(body.len(), u32::MAX as usize))?;
+    write_parts(writer, &[body]).await
+}
+
+/// Writes one frame whose body is `parts`, one after the other (a composed frame: the
+/// broker's envelope around payloads it does not copy).
+pub async fn write_parts<W: AsyncWriteExt + Unpin>(
+    writer: &mut W,
+    parts: &[&[u8]],
+) -> Result<(), FrameError> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let len = u32::try_from(total).map_err(|_| FrameError::TooLarge(total, u32::MAX as usize))?;
     let io = |e: std::io::Error| FrameError::Io(e.to_string());
     writer.write_all(&len.to_be_bytes()).await.map_err(io)?;
-    writer.write_all(body).await.map_err(io)?;
+    for part in parts {
+        writer.write_all(part).await.map_err(io)?;
+    }
     writer.flush().await.map_err(io)
 }
 

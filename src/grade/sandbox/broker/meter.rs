@@ -27,6 +27,10 @@ pub struct Meter {
     memory: Option<MemorySource>,
     /// `/proc/<pid>/net/dev` of a process in the subject's network namespace.
     net_dev: Option<PathBuf>,
+    /// That process (the sandbox's first): while it lives, the sandbox does.
+    pid: Option<u32>,
+    /// Whether that process was ever seen alive (a pid this host cannot see never vanishes).
+    seen: bool,
 }
 
 /// Readings at the start of a scenario.
@@ -38,6 +42,9 @@ pub struct Baseline {
     sent_bytes: Option<u64>,
     /// The highest memory reading seen since the start.
     sampled_peak: Option<u64>,
+    /// The last traffic reading (after the last call): what a sandbox that has gone since
+    /// had sent.
+    last_sent: Option<u64>,
 }
 
 /// What a scenario used, as far as the meter could tell.
@@ -54,6 +61,8 @@ impl Meter {
         Meter {
             memory,
             net_dev: net_pid.map(|p| PathBuf::from(format!("/proc/{p}/net/dev"))),
+            pid: net_pid,
+            seen: false,
         }
     }
 
@@ -76,22 +85,46 @@ impl Meter {
         self.net_dev.is_some()
     }
 
+    /// Whether the measured sandbox is gone (its process, seen alive before, has exited):
+    /// its figures are its last readings, and its end is its own doing. False where no
+    /// process is known or it was never seen.
+    pub fn vanished(&self) -> bool {
+        self.seen && !self.alive()
+    }
+
+    fn alive(&self) -> bool {
+        self.pid
+            .is_some_and(|p| Path::new(&format!("/proc/{p}")).exists())
+    }
+
+    fn look(&mut self) {
+        self.seen |= self.alive();
+    }
+
     /// Starts a scenario: resets the peak where the kernel allows it, reads the baselines.
     pub fn begin(&mut self) -> Baseline {
+        self.look();
         let peak_reset = self.reset_peak();
         let memory_bytes = self.current_memory();
+        let sent_bytes = self.sent_bytes();
         Baseline {
             memory_bytes,
             peak_reset,
-            sent_bytes: self.sent_bytes(),
+            sent_bytes,
             sampled_peak: memory_bytes,
+            last_sent: sent_bytes,
         }
     }
 
-    /// Records the current memory between calls (catches peaks where no reset is possible).
+    /// Records the current memory and traffic after a call (catches peaks where no reset is
+    /// possible; keeps what a sandbox that exits before the end had sent).
     pub fn sample(&mut self, baseline: &mut Baseline) {
+        self.look();
         if let Some(now) = self.current_memory() {
             baseline.sampled_peak = Some(baseline.sampled_peak.map_or(now, |p| p.max(now)));
+        }
+        if let Some(sent) = self.sent_bytes() {
+            baseline.last_sent = Some(sent);
         }
     }
 
@@ -112,7 +145,12 @@ impl Meter {
             (Some(p), Some(start)) => Some(p.saturating_sub(start) as f64 / MIB),
             _ => None,
         };
-        let sent_bytes = match (self.sent_bytes(), baseline.sent_bytes) {
+        // A live sandbox is read now; one that is gone counts as last read. A live one that
+        // cannot be read has no figure (never a made-up one).
+        let now = self
+            .sent_bytes()
+            .or_else(|| self.vanished().then_some(baseline.last_sent).flatten());
+        let sent_bytes = match (now, baseline.sent_bytes) {
             (Some(now), Some(start)) => Some(now.saturating_sub(start)),
             _ => None,
         };
@@ -271,6 +309,41 @@ lo:    1000      10    0    0    0     0          0         0     1000      10  
 eth0:     50       1    0    0    0     0          0         0      70       1    0    0    0     0       0          0\n";
         assert_eq!(parse_net_dev_sent(text), Some(1070));
         assert_eq!(parse_net_dev_sent("header\nheader\n"), None);
+    }
+
+    #[test]
+    fn a_sandbox_gone_after_its_last_call_counts_as_last_read() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut meter = Meter::new(None, Some(child.id()));
+        let mut base = meter.begin();
+        assert!(base.sent_bytes.is_some() && !meter.vanished());
+        // The last call's reading, then the sandbox exits before the test ends.
+        meter.sample(&mut base);
+        let last = base.last_sent.unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(meter.vanished());
+        let usage = meter.end(&base);
+        assert_eq!(
+            usage.sent_bytes,
+            Some(last - base.sent_bytes.unwrap()),
+            "the bytes sent up to its last call, not no figure"
+        );
+
+        // A live process whose counters cannot be read: no figure, and it has not vanished.
+        let mut meter = Meter::new(None, Some(std::process::id()));
+        let base = meter.begin();
+        meter.net_dev = Some(PathBuf::from("/nonexistent/net/dev"));
+        assert!(!meter.vanished());
+        assert_eq!(meter.end(&base).sent_bytes, None);
+        assert!(!Meter::default().vanished());
+        // A process this host never saw (another pid namespace) has not vanished.
+        let mut unseen = Meter::new(None, Some(u32::MAX - 1));
+        unseen.begin();
+        assert!(!unseen.vanished());
     }
 
     #[test]

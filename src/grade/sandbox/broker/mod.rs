@@ -10,9 +10,14 @@ mod budget;
 mod frame;
 mod meter;
 mod ranks;
+mod shape;
+#[cfg(test)]
+mod tests;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -23,13 +28,18 @@ use budget::{breach, budget_for, coarse};
 pub use frame::{FrameError, read_frame, read_raw, write_frame};
 pub use meter::{MemorySource, Meter, Usage};
 pub use ranks::{MAX_WORLD_SIZE, MIN_WORLD_SIZE, RankAddress, rank_socket_dir};
+use shape::{Composed, JudgeFrame, Kind, SubjectReply};
+pub use shape::{MAX_FRAME, MAX_FRAME_DEPTH, MAX_TO_JUDGE};
 
 use crate::grade::results::{Event, PhaseResults};
 use crate::grading::{BudgetBreach, BudgetKind, Kill};
 use crate::task::Budget;
 
 /// Frames from the judge (requests may carry tensors).
-const MAX_JUDGE_FRAME: usize = 64 << 20;
+const MAX_JUDGE_FRAME: usize = MAX_FRAME;
+/// The most callbacks one call may make (nested calls' included): past it, the subject broke
+/// the protocol.
+pub const MAX_CALLBACKS_PER_CALL: usize = 100_000;
 /// How long a connection may take to send its hello once accepted.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A hello is small.
@@ -77,6 +87,8 @@ pub struct BrokerConfig {
     pub startup_timeout: Duration,
     /// The largest reply the subject may send.
     pub max_reply: usize,
+    /// The most callbacks one call may make (`MAX_CALLBACKS_PER_CALL`).
+    pub max_callbacks: usize,
     /// Counts the results recorded so far (live progress).
     pub progress: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
 }
@@ -164,53 +176,91 @@ impl Broker {
                 f = read_raw(&mut jr, MAX_JUDGE_FRAME) => f,
                 _ = &mut judge_exited => break,
             };
-            let frame = match raw
-                .as_deref()
-                .map_err(Clone::clone)
-                .and_then(frame::parse_object)
-            {
-                Ok(f) => f,
+            let raw = match raw {
+                Ok(raw) => Arc::new(raw),
                 Err(FrameError::Closed) => break,
                 Err(e) => {
                     session.fail_infra(&format!("the judge broke the protocol: {e}"));
                     break;
                 }
             };
-            let raw = raw.unwrap_or_default();
-            let reply = match frame.get("op").and_then(Value::as_str) {
+            let (frame, callbacks) = match JudgeFrame::parse(&raw) {
+                Ok(f) => f,
+                Err(e) => {
+                    session.fail_infra(&format!("the judge broke the protocol: {e}"));
+                    break;
+                }
+            };
+            let needs_id = matches!(frame.op.as_deref(), Some("call" | "call_ranks" | "ranks"));
+            let id = match frame.id {
+                Some(id) => id,
+                None if needs_id => {
+                    session.fail_infra("the judge broke the protocol: a request without an id");
+                    break;
+                }
+                None => 0,
+            };
+            let reply = match frame.op.as_deref() {
                 Some("hello") => {
                     session.out.results.mark_ready();
-                    Some(match (&session.subject, &session.out.infra_error) {
+                    Reply::Value(match (&session.subject, &session.out.infra_error) {
                         (Some(s), _) => json!({"op": "welcome", "generation": s.generation}),
                         _ => {
                             json!({"op": "welcome", "generation": null, "fault": "subject_unavailable"})
                         }
                     })
                 }
-                Some("call") if frame.get("rank").is_some() => {
-                    Some(session.rank_call(&frame).await)
-                }
-                Some("call_ranks") => Some(session.call_ranks(&frame).await),
-                Some("ranks") => Some(session.ranks_op(&frame).await),
-                Some("call") => match session.call(&frame, &raw, &mut jr, &mut jw).await {
-                    Reply::Raw(bytes) => {
-                        if frame::write_raw(&mut jw, &bytes).await.is_err() {
-                            break;
-                        }
-                        None
-                    }
-                    Reply::Value(v) => Some(v),
-                },
-                Some("event") => {
+                Some("call") if frame.rank.is_some() => {
+                    let req = frame.req.and_then(|r| shape::judge_payload(&raw, r));
                     session
-                        .event(frame.get("event").cloned().unwrap_or(Value::Null))
+                        .rank_call(id, frame.rank.as_ref(), req.map(|r| (&raw, r)))
                         .await
                 }
-                _ => None,
+                Some("call_ranks") => {
+                    let reqs = frame.reqs.as_ref().map(|reqs| {
+                        reqs.iter()
+                            .map(|r| shape::judge_payload(&raw, r))
+                            .collect::<Option<Vec<_>>>()
+                    });
+                    session
+                        .call_ranks(id, reqs.flatten().map(|r| (&raw, r)))
+                        .await
+                }
+                Some("ranks") => {
+                    Reply::Value(session.ranks_op(id, frame.world_size.as_ref()).await)
+                }
+                Some("call") => {
+                    let Some(req) = frame
+                        .subject_call()
+                        .and_then(|(_, req)| shape::judge_payload(&raw, req))
+                    else {
+                        session
+                            .fail_infra("the judge broke the protocol: a call of an unknown shape");
+                        break;
+                    };
+                    let call = Call {
+                        id,
+                        req: (&raw, req),
+                        callbacks,
+                    };
+                    session.call(call, &mut jr, &mut jw).await
+                }
+                Some("event") => match session
+                    .event(frame.event.clone().unwrap_or(Value::Null))
+                    .await
+                {
+                    Some(v) => Reply::Value(v),
+                    None => Reply::None,
+                },
+                _ => Reply::None,
             };
-            if let Some(reply) = reply
-                && write_frame(&mut jw, &reply).await.is_err()
-            {
+            let written = match reply {
+                Reply::None => Ok(()),
+                Reply::Gone => break,
+                Reply::Value(v) => write_frame(&mut jw, &v).await,
+                Reply::Composed(c) => frame::write_parts(&mut jw, &c.slices()).await,
+            };
+            if written.is_err() {
                 break;
             }
         }
@@ -227,25 +277,60 @@ fn listen(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Inside a callback: sends the subject's frame to the judge and relays the judge's answer
-/// (a callback result, or a nested call whose id is pushed on `pending`) to the subject.
-async fn through_judge(
-    raw: &[u8],
+/// Inside a callback: sends the subject's frame (a callback request, or the reply to a nested
+/// call) to the judge and waits for what the protocol lets the judge say there: the answer
+/// to the pending callback, or a nested call to the subject (whose id is pushed on `pending`
+/// and whose callbacks are handed out). Rank requests are refused there; anything else (an
+/// event, an answer for another call) is the judge's protocol break and is never forwarded.
+/// Returns the frame for the subject.
+async fn judge_turn(
+    to_judge: &Composed,
     jr: &mut OwnedReadHalf,
     jw: &mut OwnedWriteHalf,
-    subject: &mut OwnedWriteHalf,
-    pending: &mut Vec<Value>,
-) -> Result<(), Fault> {
-    frame::write_raw(jw, raw)
+    pending: &mut Vec<u64>,
+    callbacks: &mut HashSet<u64>,
+    group: Option<u32>,
+) -> Result<Composed, Fault> {
+    frame::write_parts(jw, &to_judge.slices())
         .await
-        .map_err(|_| Fault::Protocol)?;
-    let answer = read_frame(jr, MAX_JUDGE_FRAME)
-        .await
-        .map_err(|_| Fault::Protocol)?;
-    if answer.get("op").and_then(Value::as_str) == Some("call") {
-        pending.push(answer.get("id").cloned().unwrap_or(Value::Null));
+        .map_err(|_| Fault::JudgeGone)?;
+    let top = *pending.last().expect("a call is pending");
+    loop {
+        let raw = match read_raw(jr, MAX_JUDGE_FRAME).await {
+            Ok(raw) => Arc::new(raw),
+            Err(FrameError::Closed) => return Err(Fault::JudgeGone),
+            Err(_) => return Err(Fault::Judge("an unreadable frame inside a callback")),
+        };
+        let (frame, handed_out) = JudgeFrame::parse(&raw)
+            .map_err(|_| Fault::Judge("a frame of an unknown shape inside a callback"))?;
+        if let Some((key, value)) = frame.callback_answer() {
+            if frame.id != Some(top) {
+                return Err(Fault::Judge("an answer to another callback"));
+            }
+            let range = shape::judge_payload(&raw, value).ok_or(Fault::Judge("a bad answer"))?;
+            let mut out = Composed::default();
+            out.text(&format!("{{\"id\":{top},\"{key}\":"));
+            out.raw(&raw, range);
+            out.text("}");
+            return Ok(out);
+        }
+        if let Some((id, req)) = frame.subject_call() {
+            let range = shape::judge_payload(&raw, req).ok_or(Fault::Judge("a bad request"))?;
+            callbacks.extend(handed_out);
+            pending.push(id);
+            return Ok(shape::request(id, &raw, range));
+        }
+        match (frame.op.as_deref(), frame.id) {
+            (Some("call" | "call_ranks" | "ranks"), Some(id)) => {
+                // A rank group cannot be served while the subject waits inside a call.
+                let refused = json!({"id": id, "group": group, "fault": "refused"});
+                write_frame(jw, &refused)
+                    .await
+                    .map_err(|_| Fault::JudgeGone)?;
+            }
+            _ => return Err(Fault::Judge("a frame other than the callback's answer")),
+        }
     }
-    write_frame(subject, &answer).await.map_err(|_| Fault::Died)
 }
 
 /// Waits for a subject's hello on `listener` and welcomes it. Connections that do not say
@@ -282,6 +367,8 @@ struct SubjectConn {
     writer: OwnedWriteHalf,
     generation: u32,
     meter: Meter,
+    /// The judge callbacks handed out to this subject (`{"$callback":N}` in its requests).
+    callbacks: HashSet<u64>,
 }
 
 /// The test in flight and what it has used so far.
@@ -312,18 +399,38 @@ struct Session<'a, H: SubjectHost> {
     rank_root: PathBuf,
 }
 
-/// The judge's answer to a call: the subject's reply as sent, or one we composed.
+/// What the broker answers a judge frame with.
 enum Reply {
-    Raw(Vec<u8>),
+    /// Nothing (most events).
+    None,
     Value(Value),
+    /// A frame composed around subject payloads.
+    Composed(Composed),
+    /// The judge went away during a call: the phase is over.
+    Gone,
+}
+
+/// One call of the judge's to the subject: its id, its request (in the judge frame's bytes)
+/// and the callbacks the request hands out.
+struct Call<'a> {
+    id: u64,
+    req: (&'a Arc<Vec<u8>>, std::ops::Range<usize>),
+    callbacks: Vec<u64>,
 }
 
 /// Why a call did not get its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     Timeout,
     Budget,
     Died,
+    /// The subject broke the protocol (a frame of the wrong shape, a callback it was never
+    /// handed, too many callbacks): its own failure.
     Protocol,
+    /// The judge broke the protocol inside a callback: ours.
+    Judge(&'static str),
+    /// The judge went away inside a callback.
+    JudgeGone,
 }
 
 impl<H: SubjectHost> Session<'_, H> {
@@ -371,34 +478,33 @@ impl<H: SubjectHost> Session<'_, H> {
             writer,
             generation,
             meter,
+            callbacks: HashSet::new(),
         });
         Ok(())
     }
 
     /// Relays one judge call (and any callbacks it causes) and returns the judge's reply.
-    /// The judge's frame goes to the subject as it is (the subject ignores `op`); the reply
-    /// comes back as the subject sent it, after its checks, with `subject_ns` added.
+    /// Every frame either way is checked for its exact shape and composed anew; the subject's
+    /// time is the call's wall time less the judge's time inside real callbacks.
     async fn call(
         &mut self,
-        frame: &Value,
-        raw: &[u8],
+        call: Call<'_>,
         jr: &mut OwnedReadHalf,
         jw: &mut OwnedWriteHalf,
     ) -> Reply {
         self.out.calls += 1;
-        let id = frame.get("id").cloned().unwrap_or(Value::Null);
-        if self.subject.is_none() {
-            return Reply::Value(json!({"id": id, "fault": "crashed", "generation": null}));
-        }
+        let id = call.id;
         let deadline = self.call_deadline();
         let max_reply = self.cfg.max_reply;
-        let subject = self.subject.as_mut().expect("checked above");
-        let mut pending = vec![id.clone()];
-        let mut subject_time = Duration::ZERO;
-        let outcome: Result<Vec<u8>, Fault> = async {
-            frame::write_raw(&mut subject.writer, raw)
-                .await
-                .map_err(|_| Fault::Died)?;
+        let max_callbacks = self.cfg.max_callbacks;
+        let group = self.group_id();
+        let Some(subject) = self.subject.as_mut() else {
+            return Reply::Value(json!({"id": id, "fault": "crashed", "generation": null}));
+        };
+        subject.callbacks.extend(call.callbacks);
+        let started = Instant::now();
+        let mut judge_time = Duration::ZERO;
+        let outcome: Result<SubjectReply, Fault> = async {
             let over = || {
                 if deadline.1 {
                     Fault::Budget
@@ -406,47 +512,61 @@ impl<H: SubjectHost> Session<'_, H> {
                     Fault::Timeout
                 }
             };
+            let mut pending = vec![id];
+            let mut made = 0usize;
+            let mut to_subject = shape::request(id, call.req.0, call.req.1.clone());
             loop {
-                let left = deadline.0.checked_sub(subject_time).ok_or_else(over)?;
-                let waited = Instant::now();
-                let read =
-                    tokio::time::timeout(left, read_raw(&mut subject.reader, max_reply)).await;
-                subject_time += waited.elapsed();
-                let raw = match read {
-                    Err(_) => return Err(over()),
-                    Ok(Err(FrameError::Closed | FrameError::Io(_))) => return Err(Fault::Died),
-                    Ok(Err(_)) => return Err(Fault::Protocol),
-                    Ok(Ok(raw)) => raw,
+                let charged = started.elapsed().saturating_sub(judge_time);
+                let left = deadline.0.checked_sub(charged).ok_or_else(over)?;
+                // Writing to the subject is its time too: one that stops reading stalls itself.
+                let exchange = async {
+                    frame::write_parts(&mut subject.writer, &to_subject.slices())
+                        .await
+                        .map_err(|_| Fault::Died)?;
+                    match read_raw(&mut subject.reader, max_reply).await {
+                        Ok(raw) => Ok(raw),
+                        Err(FrameError::Closed | FrameError::Io(_)) => Err(Fault::Died),
+                        Err(_) => Err(Fault::Protocol),
+                    }
                 };
-                let reply = frame::parse_object(&raw).map_err(|_| Fault::Protocol)?;
-                // Only the broker says `fault`, `subject_ns` or `generation`.
-                if ["fault", "subject_ns", "generation"]
-                    .iter()
-                    .any(|k| reply.get(k).is_some())
-                {
+                let raw = tokio::time::timeout(left, exchange)
+                    .await
+                    .map_err(|_| over())??;
+                let reply = SubjectReply::parse(raw).map_err(|()| Fault::Protocol)?;
+                if pending.last() != Some(&reply.id) {
                     return Err(Fault::Protocol);
                 }
-                if reply.get("callback").is_some() {
-                    // The subject called a judge callback: the judge answers (it may call the
-                    // subject again meanwhile); its time is not the subject's.
-                    through_judge(&raw, jr, jw, &mut subject.writer, &mut pending).await?;
-                    continue;
+                match reply.kind {
+                    Kind::Callback { cb, .. } => {
+                        made += 1;
+                        if made > max_callbacks || !subject.callbacks.contains(&cb) {
+                            return Err(Fault::Protocol);
+                        }
+                    }
+                    Kind::Ok | Kind::Err => {
+                        pending.pop();
+                        if pending.is_empty() {
+                            return Ok(reply);
+                        }
+                        // A nested call's reply goes to the judge, which is inside a callback.
+                    }
                 }
-                let replied_to = reply.get("id").cloned().unwrap_or(Value::Null);
-                if pending.last() != Some(&replied_to)
-                    || (reply.get("ok").is_none() && reply.get("err").is_none())
-                {
-                    return Err(Fault::Protocol);
-                }
-                pending.pop();
-                if pending.is_empty() {
-                    return Ok(raw);
-                }
-                // A nested call's reply goes to the judge, which is inside a callback.
-                through_judge(&raw, jr, jw, &mut subject.writer, &mut pending).await?;
+                let judging = Instant::now();
+                let answer = judge_turn(
+                    &reply.to_judge(None),
+                    jr,
+                    jw,
+                    &mut pending,
+                    &mut subject.callbacks,
+                    group,
+                )
+                .await;
+                judge_time += judging.elapsed();
+                to_subject = answer?;
             }
         }
         .await;
+        let subject_time = started.elapsed().saturating_sub(judge_time);
         if let Some(test) = &mut self.test {
             test.subject_time += subject_time;
             if let Some(s) = &mut self.subject {
@@ -454,16 +574,14 @@ impl<H: SubjectHost> Session<'_, H> {
             }
         }
         match outcome {
-            Ok(mut reply) => {
-                // The reply is a JSON object (checked): add the broker's timing before its `}`.
-                if let Some(end) = reply.iter().rposition(|b| *b == b'}') {
-                    let field = format!(",\"subject_ns\":{}}}", subject_time.as_nanos() as u64);
-                    reply.truncate(end);
-                    reply.extend_from_slice(field.as_bytes());
+            Ok(reply) => Reply::Composed(reply.to_judge(Some(subject_time.as_nanos() as u64))),
+            Err(Fault::JudgeGone) => Reply::Gone,
+            Err(fault) => {
+                if let Fault::Judge(why) = fault {
+                    self.fail_infra(&format!("the judge broke the protocol: {why}"));
                 }
-                Reply::Raw(reply)
+                Reply::Value(self.fault(json!(id), fault).await)
             }
-            Err(fault) => Reply::Value(self.fault(id, fault).await),
         }
     }
 
@@ -511,6 +629,8 @@ impl<H: SubjectHost> Session<'_, H> {
             Fault::Died if oom_killed => ("oom", Some(Kill::OutOfMemory)),
             Fault::Died => ("crashed", Some(Kill::Crashed)),
             Fault::Protocol => ("protocol", Some(Kill::Crashed)),
+            // Not the subject's doing: nothing is charged to the test.
+            Fault::Judge(_) | Fault::JudgeGone => ("protocol", None),
         };
         if let Some(test) = &mut self.test {
             if matches!(fault, Fault::Budget) {
@@ -582,9 +702,15 @@ impl<H: SubjectHost> Session<'_, H> {
             Some(s) => s.meter.end(&test.baseline),
             None => Usage::default(),
         };
+        // A rank that vanished counts with its last reading (and its test failed for it);
+        // only a live rank that cannot be read leaves a traffic budget unenforceable.
         let ranks = ranks::rank_traffic(&test.ranks);
-        if ranks.is_err() && test.budget.as_ref().is_some_and(|b| b.rank_bytes.is_some()) {
-            self.fail_infra("a rank's traffic could not be measured for a traffic budget");
+        let traffic_budget = test
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.rank_bytes.is_some() || b.collective_bytes.is_some());
+        if ranks.is_err() && traffic_budget {
+            self.fail_infra("a live rank's traffic could not be measured for a traffic budget");
         }
         let usage = Usage {
             peak_memory_mb: test
@@ -592,10 +718,11 @@ impl<H: SubjectHost> Session<'_, H> {
                 .iter()
                 .filter_map(|r| r.usage.peak_memory_mb)
                 .fold(usage.peak_memory_mb, |a, b| Some(a.map_or(b, |a| a.max(b)))),
-            // The subject's bytes and every measured rank's.
+            // The subject's bytes and every measured rank's; no figure when one is missing.
             sent_bytes: match ranks {
                 Ok(Some((_, total))) => usage.sent_bytes.map(|s| s.saturating_add(total)),
-                _ => usage.sent_bytes,
+                Ok(None) => usage.sent_bytes,
+                Err(()) => None,
             },
         };
         let rank_max = ranks.ok().flatten().map(|(max, _)| max);

@@ -7,19 +7,22 @@
 //! A fault on any rank (death, a deadline, a broken protocol) ends the whole group: the other
 //! ranks would only wait for the dead one inside their collective.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::net::UnixListener;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::meter::{Baseline, Meter, Usage};
-use super::{Fault, SUBJECT_SOCKET, Session, SubjectHost, accept_subject, listen, read_raw};
-use super::{frame, write_frame};
+use super::shape::{self, Composed, Kind, MAX_TO_JUDGE, SubjectReply};
+use super::{Fault, Reply, SUBJECT_SOCKET, Session, SubjectHost, accept_subject, listen, read_raw};
 use crate::grade::sandbox::broker::FrameError;
+use crate::grading::Kill;
 
 pub use crate::task::MAX_WORLD_SIZE;
 /// The smallest (one rank is the ordinary subject).
@@ -57,9 +60,25 @@ pub(super) struct RankUsage {
 
 /// One rank's part of a call.
 enum RankOutcome {
-    Reply(Map<String, Value>, Duration),
+    Reply(SubjectReply, Duration),
     Fault(Fault),
 }
+
+/// One rank's reply as the judge gets it, with the rank's time (ns).
+enum RankReply {
+    Reply(SubjectReply, u64),
+    /// The group's replies together did not fit the judge's frame: this one, the largest,
+    /// gave way (`infradev.NotEncodable`).
+    TooLarge(u64),
+}
+
+/// What a `call_ranks` answer needs besides the payloads (its envelope, rank entries).
+const COMPOSITE_SLACK: usize = 4096;
+
+/// A request of the judge's: its frame's bytes and where the request lies in them.
+pub(super) type JudgeReq<'a> = (&'a Arc<Vec<u8>>, Range<usize>);
+/// `call_ranks`'s requests: one per rank, in the frame's bytes.
+pub(super) type JudgeReqs<'a> = (&'a Arc<Vec<u8>>, Vec<Range<usize>>);
 
 /// The socket directory of rank `rank` under the phase's directory.
 pub fn rank_socket_dir(root: &Path, rank: usize) -> PathBuf {
@@ -69,12 +88,8 @@ pub fn rank_socket_dir(root: &Path, rank: usize) -> PathBuf {
 impl<H: SubjectHost> Session<'_, H> {
     /// `{"op":"ranks","id":N,"world_size":W}`: starts a group of W ranks (ending any running
     /// one); `world_size: 0` ends the group.
-    pub(super) async fn ranks_op(&mut self, frame: &Value) -> Value {
-        let id = frame.get("id").cloned().unwrap_or(Value::Null);
-        let world = frame
-            .get("world_size")
-            .and_then(Value::as_u64)
-            .unwrap_or(u64::MAX);
+    pub(super) async fn ranks_op(&mut self, id: u64, world_size: Option<&Value>) -> Value {
+        let world = world_size.and_then(Value::as_u64).unwrap_or(u64::MAX);
         self.stop_group().await;
         if world == 0 {
             return json!({"id": id, "group": null});
@@ -149,28 +164,36 @@ impl<H: SubjectHost> Session<'_, H> {
         Ok(group)
     }
 
-    /// Ends the running group, if any: its measurements go to the test in flight.
+    /// Ends the running group, if any: its measurements go to the test in flight. A rank
+    /// that is gone by then (it exited after its last call) crashed: the submission's failure.
     pub(super) async fn stop_group(&mut self) {
         let Some(group) = self.group.take() else {
             return;
         };
-        self.record_group(group);
+        let vanished = self.record_group(group);
+        if vanished && let Some(test) = &mut self.test {
+            test.kill = test.kill.or(Some(Kill::Crashed));
+        }
         self.host.stop_ranks().await;
     }
 
-    /// Closes a group's measurements into the test in flight.
-    fn record_group(&mut self, mut group: Group) {
+    /// Closes a group's measurements into the test in flight; says whether a rank of it
+    /// has vanished (its traffic counts as last read, after its last call).
+    fn record_group(&mut self, mut group: Group) -> bool {
         let Some(test) = &mut self.test else {
-            return;
+            return false;
         };
+        let mut vanished = false;
         for rank in &mut group.ranks {
             if let Some(baseline) = rank.baseline.take() {
+                vanished |= rank.meter.vanished();
                 test.ranks.push(RankUsage {
                     usage: rank.meter.end(&baseline),
                     traffic_measured: rank.meter.measures_traffic(),
                 });
             }
         }
+        vanished
     }
 
     /// Arms every rank's measurement (a test starts while a group runs).
@@ -183,73 +206,86 @@ impl<H: SubjectHost> Session<'_, H> {
     }
 
     /// `{"op":"call","id":N,"rank":r,"req":...}`: one request to one rank.
-    pub(super) async fn rank_call(&mut self, frame: &Value) -> Value {
-        let id = frame.get("id").cloned().unwrap_or(Value::Null);
+    pub(super) async fn rank_call(
+        &mut self,
+        id: u64,
+        rank: Option<&Value>,
+        req: Option<JudgeReq<'_>>,
+    ) -> Reply {
         let world = self.group.as_ref().map_or(0, |g| g.ranks.len());
-        let rank = frame
-            .get("rank")
-            .and_then(Value::as_u64)
-            .map(|r| r as usize);
-        let (Some(rank), Some(req)) = (rank.filter(|r| *r < world), frame.get("req")) else {
-            return self.no_group(id);
+        let rank = rank.and_then(Value::as_u64).map(|r| r as usize);
+        let (Some(rank), Some((bytes, range))) = (rank.filter(|r| *r < world), req) else {
+            return Reply::Value(self.no_group(id));
         };
-        let mut reqs = vec![None; world];
-        reqs[rank] = Some(req.clone());
-        match self.exchange(&id, reqs).await {
-            Ok(mut replies) => {
-                let (mut reply, ns) = replies.swap_remove(rank).expect("rank was called");
-                reply.insert("id".into(), id);
-                reply.insert("subject_ns".into(), json!(ns));
-                reply.insert("group".into(), json!(self.group_id()));
-                Value::Object(reply)
-            }
-            Err(fault) => fault,
+        let mut reqs: Vec<Option<Composed>> = (0..world).map(|_| None).collect();
+        reqs[rank] = Some(shape::request(id, bytes, range));
+        match self.exchange(id, reqs).await {
+            Ok(mut replies) => match replies.swap_remove(rank) {
+                Some(RankReply::Reply(reply, ns)) => {
+                    Reply::Composed(shape::rank_reply(id, &reply, ns, self.group_id()))
+                }
+                // One reply alone always fits the judge's frame.
+                _ => unreachable!("rank {rank} was called and its reply kept"),
+            },
+            Err(fault) => Reply::Value(fault),
         }
     }
 
     /// `{"op":"call_ranks","id":N,"reqs":[one request per rank]}`: every rank at once.
-    pub(super) async fn call_ranks(&mut self, frame: &Value) -> Value {
-        let id = frame.get("id").cloned().unwrap_or(Value::Null);
+    pub(super) async fn call_ranks(&mut self, id: u64, reqs: Option<JudgeReqs<'_>>) -> Reply {
         let world = self.group.as_ref().map_or(0, |g| g.ranks.len());
-        let reqs = match frame.get("reqs").and_then(Value::as_array) {
-            Some(r) if world > 0 && r.len() == world => r.iter().cloned().map(Some).collect(),
+        let reqs = match reqs {
+            Some((bytes, r)) if world > 0 && r.len() == world => r
+                .into_iter()
+                .map(|range| Some(shape::request(id, bytes, range)))
+                .collect(),
             Some(_) if world > 0 => {
-                return json!({"id": id, "group": self.group_id(), "fault": "refused"});
+                return Reply::Value(
+                    json!({"id": id, "group": self.group_id(), "fault": "refused"}),
+                );
             }
-            _ => return self.no_group(id),
+            _ => return Reply::Value(self.no_group(id)),
         };
-        match self.exchange(&id, reqs).await {
+        match self.exchange(id, reqs).await {
             Ok(replies) => {
-                let ranks: Vec<Value> = replies
-                    .into_iter()
-                    .map(|r| {
-                        let (mut reply, ns) = r.expect("every rank was called");
-                        reply.remove("id");
-                        reply.insert("subject_ns".into(), json!(ns));
-                        Value::Object(reply)
-                    })
-                    .collect();
-                json!({"id": id, "group": self.group_id(), "ranks": ranks})
+                let group = self.group_id().map_or("null".to_owned(), |g| g.to_string());
+                let mut out = Composed::default();
+                out.text(&format!("{{\"id\":{id},\"group\":{group},\"ranks\":["));
+                for (rank, reply) in replies.iter().enumerate() {
+                    if rank > 0 {
+                        out.text(",");
+                    }
+                    match reply {
+                        Some(RankReply::Reply(r, ns)) => shape::rank_entry(&mut out, Some(r), *ns),
+                        Some(RankReply::TooLarge(ns)) => shape::rank_entry(&mut out, None, *ns),
+                        None => unreachable!("every rank was called"),
+                    }
+                }
+                out.text("]}");
+                debug_assert!(out.len() <= MAX_TO_JUDGE);
+                Reply::Composed(out)
             }
-            Err(fault) => fault,
+            Err(fault) => Reply::Value(fault),
         }
     }
 
-    fn group_id(&self) -> Option<u32> {
+    pub(super) fn group_id(&self) -> Option<u32> {
         self.group.as_ref().map(|g| g.id)
     }
 
-    fn no_group(&self, id: Value) -> Value {
+    fn no_group(&self, id: u64) -> Value {
         json!({"id": id, "group": null, "fault": "no_group"})
     }
 
     /// Sends each rank its request (if any) at once and waits for every reply. The first
-    /// fault ends the group and becomes the judge's reply.
+    /// fault ends the group and becomes the judge's reply. Replies are kept as the bytes they
+    /// came in; while those held would not fit the judge's frame together, the largest gives
+    /// way, so the grader holds at most one frame's worth plus the reply that arrived last.
     async fn exchange(
         &mut self,
-        id: &Value,
-        reqs: Vec<Option<Value>>,
-    ) -> Result<Vec<Option<(Map<String, Value>, u64)>>, Value> {
+        id: u64,
+        reqs: Vec<Option<Composed>>,
+    ) -> Result<Vec<Option<RankReply>>, Value> {
         self.out.calls += 1;
         let (limit, is_budget) = self.call_deadline();
         let max_reply = self.cfg.max_reply;
@@ -264,19 +300,26 @@ impl<H: SubjectHost> Session<'_, H> {
             .filter_map(|(rank, (conn, req))| {
                 let req = req?;
                 Some(async move {
-                    let frame = json!({"id": id, "req": req});
-                    let outcome = serve_rank(conn, &frame, id, limit, max_reply).await;
+                    let outcome = serve_rank(conn, &req, id, limit, max_reply).await;
                     (rank, outcome)
                 })
             })
             .collect();
-        let mut replies: Vec<Option<(Map<String, Value>, u64)>> = Vec::new();
-        replies.resize_with(world, || None);
+        let mut replies: Vec<Option<RankReply>> = (0..world).map(|_| None).collect();
+        let mut held = 0usize;
         let mut failed = None;
         while let Some((rank, outcome)) = pending.next().await {
             match outcome {
                 RankOutcome::Reply(reply, took) => {
-                    replies[rank] = Some((reply, took.as_nanos() as u64));
+                    held += reply.payload_len();
+                    replies[rank] = Some(RankReply::Reply(reply, took.as_nanos() as u64));
+                    while held > MAX_TO_JUDGE - COMPOSITE_SLACK {
+                        let Some((largest, len, ns)) = largest_reply(&replies) else {
+                            break;
+                        };
+                        held -= len;
+                        replies[largest] = Some(RankReply::TooLarge(ns));
+                    }
                 }
                 RankOutcome::Fault(fault) => {
                     failed = Some((rank, fault));
@@ -313,59 +356,49 @@ impl<H: SubjectHost> Session<'_, H> {
     }
 }
 
-/// One rank's side of a call: its request out, then frames until its reply. The rank's
-/// callbacks are refused (a callback would need the judge inside a collective).
+/// The held reply with the largest payload: its rank, its payload's size and its time.
+fn largest_reply(replies: &[Option<RankReply>]) -> Option<(usize, usize, u64)> {
+    replies
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, r)| match r {
+            Some(RankReply::Reply(reply, ns)) => Some((rank, reply.payload_len(), *ns)),
+            _ => None,
+        })
+        .max_by_key(|(_, len, _)| *len)
+}
+
+/// One rank's side of a call: its request out, then its reply, of an exact shape. No
+/// callback is ever handed to a rank (the judge cannot serve one inside a collective), so a
+/// rank's callback frame is its protocol break.
 async fn serve_rank(
     conn: &mut RankConn,
-    frame: &Value,
-    id: &Value,
+    request: &Composed,
+    id: u64,
     limit: Duration,
     max_reply: usize,
 ) -> RankOutcome {
     let started = Instant::now();
-    if write_frame(&mut conn.writer, frame).await.is_err() {
-        return RankOutcome::Fault(Fault::Died);
-    }
-    loop {
-        let Some(left) = limit.checked_sub(started.elapsed()) else {
-            return RankOutcome::Fault(Fault::Timeout);
-        };
-        let raw = match tokio::time::timeout(left, read_raw(&mut conn.reader, max_reply)).await {
-            Err(_) => return RankOutcome::Fault(Fault::Timeout),
-            Ok(Err(FrameError::Closed | FrameError::Io(_))) => {
-                return RankOutcome::Fault(Fault::Died);
-            }
-            Ok(Err(_)) => return RankOutcome::Fault(Fault::Protocol),
-            Ok(Ok(raw)) => raw,
-        };
-        let Ok(Value::Object(reply)) = frame::parse_object(&raw) else {
-            return RankOutcome::Fault(Fault::Protocol);
-        };
-        if [
-            "fault",
-            "subject_ns",
-            "generation",
-            "group",
-            "rank",
-            "ranks",
-        ]
-        .iter()
-        .any(|k| reply.contains_key(*k))
-            || reply.get("id") != Some(id)
-        {
-            return RankOutcome::Fault(Fault::Protocol);
+    let exchange = async {
+        super::frame::write_parts(&mut conn.writer, &request.slices())
+            .await
+            .map_err(|_| Fault::Died)?;
+        match read_raw(&mut conn.reader, max_reply).await {
+            Ok(raw) => Ok(raw),
+            Err(FrameError::Closed | FrameError::Io(_)) => Err(Fault::Died),
+            Err(_) => Err(Fault::Protocol),
         }
-        if reply.contains_key("callback") {
-            let refused = json!({"id": id, "callback_err": {"builtin": "NotImplementedError", "classes": []}});
-            if write_frame(&mut conn.writer, &refused).await.is_err() {
-                return RankOutcome::Fault(Fault::Died);
-            }
-            continue;
+    };
+    let raw = match tokio::time::timeout(limit, exchange).await {
+        Err(_) => return RankOutcome::Fault(Fault::Timeout),
+        Ok(Err(fault)) => return RankOutcome::Fault(fault),
+        Ok(Ok(raw)) => raw,
+    };
+    match SubjectReply::parse(raw) {
+        Ok(reply) if reply.id == id && matches!(reply.kind, Kind::Ok | Kind::Err) => {
+            RankOutcome::Reply(reply, started.elapsed())
         }
-        if reply.contains_key("ok") == reply.contains_key("err") || reply.len() != 2 {
-            return RankOutcome::Fault(Fault::Protocol);
-        }
-        return RankOutcome::Reply(reply, started.elapsed());
+        _ => RankOutcome::Fault(Fault::Protocol),
     }
 }
 
