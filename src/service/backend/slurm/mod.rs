@@ -65,6 +65,11 @@ pub struct SlurmConfig {
     /// A wheel cache on the nodes for building task environments offline (`--wheels`).
     #[serde(default)]
     pub node_wheels: Option<PathBuf>,
+    /// Let the nodes grade tasks that are not what their validation.json validated
+    /// (`infradev job run --allow-unvalidated`; like `[worker] allow_unvalidated`). Off: such a
+    /// job ends as our error, never the agent's.
+    #[serde(default)]
+    pub allow_unvalidated: bool,
     /// Seconds each Slurm command may take before it is abandoned as a transient failure.
     /// Clients hang 20–30 s when the controller is gone.
     #[serde(default = "default_call_timeout_s")]

@@ -230,6 +230,9 @@ pub fn render_script(
         argv.push("--wheels".into());
         argv.push(utf8_path("node_wheels", wheels)?.to_owned());
     }
+    if cfg.allow_unvalidated {
+        argv.push("--allow-unvalidated".into());
+    }
     argv.push("--remove-bundle".into());
     argv.push(bundle.to_owned());
     let words: Vec<String> = argv.iter().map(|w| sh_quote(w)).collect();
@@ -255,6 +258,7 @@ mod tests {
             node_infradev: PathBuf::from("/opt/infradev/bin/infradev"),
             node_executor: "docker".into(),
             node_wheels: None,
+            allow_unvalidated: false,
             call_timeout_s: 30,
             time_slack_s: 300,
             extra_args: vec![],
