@@ -330,6 +330,20 @@ fn refuse_unvalidated(req: &GradeRequest, problems: &[String]) -> Result<(), Gra
     )))
 }
 
+/// What pytest is given to run the tests `ids` (node ids): their files, each once, in order.
+/// Files, not node ids: a node id in a file that fails to import makes pytest stop before
+/// running anything. Every printed command that runs the official tests uses this too.
+pub fn test_targets<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut targets: Vec<String> = Vec::new();
+    for id in ids {
+        let file = id.split("::").next().unwrap_or(id);
+        if !targets.iter().any(|t| t == file) {
+            targets.push(file.to_owned());
+        }
+    }
+    targets
+}
+
 /// A grade's sandbox run id: every container and network it makes is labelled with it.
 fn new_run_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
@@ -685,16 +699,19 @@ async fn run_phase(
     // running anything ("not found"), which would hide every other file's results. A rerun
     // names the failing ids: it never reruns an import failure (`build`), and a file that
     // fails to import only now leaves its ids failing, which they were already.
-    let mut targets: Vec<String> = Vec::new();
-    for (_, e) in expected {
-        let target = match attempt {
-            1 => e.id.split("::").next().unwrap_or(&e.id).to_owned(),
-            _ => e.id.clone(),
-        };
-        if !targets.contains(&target) {
-            targets.push(target);
+    let ids = expected.iter().map(|(_, e)| e.id.as_str());
+    let targets: Vec<String> = match attempt {
+        1 => test_targets(ids),
+        _ => {
+            let mut targets: Vec<String> = Vec::new();
+            for id in ids {
+                if !targets.iter().any(|t| t == id) {
+                    targets.push(id.to_owned());
+                }
+            }
+            targets
         }
-    }
+    };
     let (run, canaries) = run_sandbox(ctx, phase, attempt, targets, on_progress).await?;
     let (mut phase_evidence, tests) = judge(phase, expected, &run.results, &run.end);
     if let Some(c) = &canaries

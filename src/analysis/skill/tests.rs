@@ -229,6 +229,10 @@ fn skill_names_follow_the_agent_skills_rules() {
 fn the_official_command_quotes_what_a_shell_would_split() {
     let mut t = public_task("t", "o/r");
     t.test_files.push("tests/with space.py".into());
+    // A restored data file is not a test target: pytest is given only the tests' files.
+    t.test_files.push("tests/config.yaml".into());
+    t.pass_to_pass.push("tests/with space.py::test_a".into());
+    t.pass_to_pass.push("tests/with space.py::test_b[1-2]".into());
     t.env.push(("Q".into(), "it's".into()));
     assert_eq!(
         official_command(&t),
