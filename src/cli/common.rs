@@ -88,7 +88,7 @@ pub struct SandboxArgs {
           value_parser = clap::value_parser!(u32).range(0..=crate::task::MAX_RETRIES as i64))]
     pub retries: u32,
     /// Grade a task even when it is not what its validation.json validated (other probes,
-    /// other environment layers, quarantined, never validated); the report says so.
+    /// an edited task.toml, quarantined, never validated); the report says so.
     #[arg(long, env = "INFRADEV_ALLOW_UNVALIDATED")]
     pub allow_unvalidated: bool,
 }

@@ -74,7 +74,7 @@ pub struct GradeRequest {
 }
 
 /// What a grade does with a task that is not what validation validated (other probes, other
-/// environment layers, quarantined, never validated): the report says so either way.
+/// an edited task.toml, quarantined, never validated): the report says so either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unvalidated {
     /// Refuse to grade (a task error, never the submission's): `serve`, `run`, `action`.
@@ -163,8 +163,7 @@ pub async fn grade_submission(
     .with_public(&prompt);
     let Validated {
         probes_digest,
-        stamp,
-        problems: mut unvalidated,
+        problems: unvalidated,
     } = validated(task)?;
     refuse_unvalidated(req, &unvalidated)?;
     let mut phases = Vec::new();
@@ -181,9 +180,6 @@ pub async fn grade_submission(
             limitations = e.limitations();
             executor_name = e.name();
             images = e.images();
-            let tags: Vec<String> = images.iter().map(|(tag, _)| tag.clone()).collect();
-            unvalidated.extend(crate::task::image_problems(stamp.as_ref(), &tags));
-            refuse_unvalidated(req, &unvalidated)?;
         }
         let run_id: &str = run.insert(new_run_id());
         for phase in [Phase::Tests, Phase::Probes] {
@@ -295,12 +291,12 @@ pub async fn grade_submission(
 pub struct Validated {
     /// The digest of the probe files on disk.
     pub probes_digest: String,
-    pub stamp: Option<crate::task::ValidationStamp>,
     /// Why grading the task now would not be grading what was validated; empty when it would.
     pub problems: Vec<String>,
 }
 
-/// Reads the task's probes and validation.json: whether it would be graded as validated.
+/// Reads the task's probes, task.toml and validation.json: whether it would be graded as
+/// validated.
 pub fn validated(task: &Task) -> Result<Validated, GradeError> {
     let probes_digest = crate::task::probes_digest(
         &crate::task::read_probe_files(&task.probes.dir)
@@ -309,10 +305,17 @@ pub fn validated(task: &Task) -> Result<Validated, GradeError> {
     );
     let stamp = crate::task::read_stamp(task).map_err(|e| GradeError::Task(anyhow::anyhow!(e)))?;
     let power = crate::task::load_power_config(task).map_err(|e| GradeError::Task(e.into()))?;
-    let problems = crate::task::stamp_problems(stamp.as_ref(), &probes_digest, &power);
+    let manifest = std::fs::read(task.manifest_path())
+        .with_context(|| format!("cannot read {}", task.manifest_path().display()))
+        .map_err(GradeError::Task)?;
+    let problems = crate::task::stamp_problems(
+        stamp.as_ref(),
+        &probes_digest,
+        &crate::task::manifest_digest(&manifest),
+        &power,
+    );
     Ok(Validated {
         probes_digest,
-        stamp,
         problems,
     })
 }

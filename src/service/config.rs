@@ -188,7 +188,7 @@ pub struct WorkerConfig {
     #[serde(default = "default_drain_grace_s")]
     pub drain_grace_s: u64,
     /// Grade tasks that are not what their validation.json validated (other probes, other
-    /// environment layers, quarantined, never validated). Off: such a job ends as our error
+    /// an edited task.toml, quarantined, never validated). Off: such a job ends as our error
     /// (a neutral check run), never as the agent's failure.
     #[serde(default)]
     pub allow_unvalidated: bool,

@@ -23,6 +23,6 @@ pub use probes::{Budget, Probe, ProbeSet, load_probes};
 pub use registry::{CheckProblem, Registry, check_task};
 pub use reject::Reject;
 pub use validation::{
-    VALIDATION_FILE, ValidationStamp, image_problems, probes_digest, read_probe_files, read_stamp,
+    VALIDATION_FILE, ValidationStamp, manifest_digest, probes_digest, read_probe_files, read_stamp,
     stamp_problems,
 };

@@ -1,6 +1,7 @@
 //! What `validation.json` says about the task a grade is about to use: whether it was
-//! validated, on which probes (their digest) and in which environment (the layers' tags,
-//! which name their inputs' digest). `suite::validate` writes the whole record; a grade reads
+//! validated, on which probes (their digest) and which task.toml (its digest: the tests, the
+//! environment's packages and limits). Image ids are not compared: a base image built from
+//! Debian packages on another host has another id, and so has every layer above it. `suite::validate` writes the whole record; a grade reads
 //! only this much, to grade nothing but what was validated.
 
 use std::path::Path;
@@ -23,15 +24,11 @@ pub struct ValidationStamp {
     /// it only in their power record.
     #[serde(default)]
     pub probes_digest: Option<String>,
+    /// SHA-256 of task.toml as validated; older records have none (then it is not checked).
     #[serde(default)]
-    pub images: Vec<StampImage>,
+    pub task_sha256: Option<String>,
     #[serde(default)]
     power: Option<StampPower>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct StampImage {
-    pub tag: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -63,12 +60,13 @@ pub fn read_stamp(task: &Task) -> Result<Option<ValidationStamp>, String> {
         .map_err(|e| format!("{} is not a validation record: {e}", path.display()))
 }
 
-/// Why grading `task` with probes of digest `probes` would not be grading what was
-/// validated (pure); empty when it would. A port reviewed in power.toml (`[[port]]`) carries
-/// the validated digest to the ported probes.
+/// Why grading a task whose probes have digest `probes` and whose task.toml has digest
+/// `manifest` would not be grading what was validated (pure); empty when it would. A port
+/// reviewed in power.toml (`[[port]]`) carries the validated digest to the ported probes.
 pub fn stamp_problems(
     stamp: Option<&ValidationStamp>,
     probes: &str,
+    manifest: &str,
     power: &super::PowerConfig,
 ) -> Vec<String> {
     let Some(stamp) = stamp else {
@@ -90,20 +88,21 @@ pub fn stamp_problems(
         )),
         Some(_) => {}
     }
+    if let Some(validated) = &stamp.task_sha256
+        && validated != manifest
+    {
+        problems.push(format!(
+            "task.toml is not the one validated (validated {}, this {})",
+            short(validated),
+            short(manifest)
+        ));
+    }
     problems
 }
 
-/// Why the environment layers a grade ran in are not those validated (pure). Tags name the
-/// digest of each layer's inputs, so a layer built from other packages has another tag.
-pub fn image_problems(stamp: Option<&ValidationStamp>, tags: &[String]) -> Vec<String> {
-    let Some(stamp) = stamp else {
-        return Vec::new(); // Already said: no validation.json.
-    };
-    let validated: Vec<&str> = stamp.images.iter().map(|i| i.tag.as_str()).collect();
-    tags.iter()
-        .filter(|t| !validated.contains(&t.as_str()))
-        .map(|t| format!("the environment layer {t} is not one validation used"))
-        .collect()
+/// `sha256:…` of a task.toml's bytes, as validation records it.
+pub fn manifest_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 fn short(digest: &str) -> &str {
@@ -175,8 +174,8 @@ mod tests {
             to: "sha256:bbb".into(),
             reason: "same requests".into(),
         });
-        assert!(stamp_problems(Some(&good), "sha256:bbb", &ported).is_empty());
-        assert!(!stamp_problems(Some(&good), "sha256:ccc", &ported).is_empty());
+        assert!(stamp_problems(Some(&good), "sha256:bbb", "sha256:t", &ported).is_empty());
+        assert!(!stamp_problems(Some(&good), "sha256:ccc", "sha256:t", &ported).is_empty());
     }
 
     #[test]
@@ -184,8 +183,7 @@ mod tests {
         let good = stamp(
             r#"{"ok":true,"images":[{"tag":"env:1","id":"x"}],"power":{"probes_digest":"sha256:aaa"}}"#,
         );
-        assert!(stamp_problems(Some(&good), "sha256:aaa", &none()).is_empty());
-        assert!(image_problems(Some(&good), &["env:1".into()]).is_empty());
+        assert!(stamp_problems(Some(&good), "sha256:aaa", "sha256:t", &none()).is_empty());
         let cases: Vec<(Option<ValidationStamp>, &str, &str)> = vec![
             (None, "sha256:aaa", "no validation.json"),
             (Some(good.clone()), "sha256:bbb", "not those validated"),
@@ -208,13 +206,13 @@ mod tests {
             ),
         ];
         for (s, probes, want) in cases {
-            let got = stamp_problems(s.as_ref(), probes, &none());
+            let got = stamp_problems(s.as_ref(), probes, "sha256:t", &none());
             assert!(got.iter().any(|p| p.contains(want)), "{want}: {got:?}");
         }
-        assert_eq!(
-            image_problems(Some(&good), &["env:2".into()]),
-            vec!["the environment layer env:2 is not one validation used".to_owned()]
-        );
+        let edited = stamp(r#"{"ok":true,"probes_digest":"sha256:aaa","task_sha256":"sha256:t"}"#);
+        assert!(stamp_problems(Some(&edited), "sha256:aaa", "sha256:t", &none()).is_empty());
+        let got = stamp_problems(Some(&edited), "sha256:aaa", "sha256:u", &none());
+        assert!(got.iter().any(|p| p.contains("task.toml is not the one validated")), "{got:?}");
     }
 
     #[test]

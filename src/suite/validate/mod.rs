@@ -83,6 +83,9 @@ pub struct Validation {
     /// not grading what was validated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes_digest: Option<String>,
+    /// SHA-256 of task.toml as validated: a grade of an edited task is not of what was validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_sha256: Option<String>,
     pub source: SourceRecord,
     /// Each environment layer: the tag and the image id, base first.
     pub images: Vec<ImageRecord>,
@@ -254,6 +257,9 @@ pub async fn validate_task(task: &Task, opts: &ValidateOptions) -> anyhow::Resul
         validated_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         ok: checks.iter().all(|c| c.ok),
         probes_digest: Some(probes_digest),
+        task_sha256: std::fs::read(task.manifest_path())
+            .ok()
+            .map(|b| crate::task::manifest_digest(&b)),
         source: source.record,
         images: image
             .layers
