@@ -266,6 +266,9 @@ fn a_run_grades_every_submission_and_reports_the_figures() {
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        // The run's own files (report.json, flakes.json) are its summaries, never "skipped".
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("skipped"), "{stderr}");
         String::from_utf8(o.stdout).unwrap()
     };
     let json: infradev::analysis::stats::Stats =

@@ -199,8 +199,11 @@ fn read_sample(path: &Path, agent: &str) -> Read {
         };
         return Read::Sample(Box::new(Sample::from_report(&report, labels)), bytes);
     }
-    match serde_json::from_str::<crate::analysis::run::report::RunReport>(text) {
-        Ok(_) => Read::Summary,
-        Err(_) => Read::Other,
+    // A run's own summaries (its report and its flake record) count what the records say.
+    let run_file = serde_json::from_str::<crate::analysis::run::report::RunReport>(text).is_ok()
+        || serde_json::from_str::<crate::analysis::run::flakes::Flakes>(text).is_ok();
+    match run_file {
+        true => Read::Summary,
+        false => Read::Other,
     }
 }

@@ -212,7 +212,11 @@ mod tests {
         let edited = stamp(r#"{"ok":true,"probes_digest":"sha256:aaa","task_sha256":"sha256:t"}"#);
         assert!(stamp_problems(Some(&edited), "sha256:aaa", "sha256:t", &none()).is_empty());
         let got = stamp_problems(Some(&edited), "sha256:aaa", "sha256:u", &none());
-        assert!(got.iter().any(|p| p.contains("task.toml is not the one validated")), "{got:?}");
+        assert!(
+            got.iter()
+                .any(|p| p.contains("task.toml is not the one validated")),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -327,7 +327,11 @@ pub fn official_command(t: &PublicTask) -> String {
     }
     // What the grader runs: the files of the FAIL_TO_PASS and PASS_TO_PASS tests (not every
     // restored file: data and config files are restored too, and pytest cannot run them).
-    let ids = t.fail_to_pass.iter().chain(&t.pass_to_pass).map(String::as_str);
+    let ids = t
+        .fail_to_pass
+        .iter()
+        .chain(&t.pass_to_pass)
+        .map(String::as_str);
     words.extend(crate::grade::test_targets(ids).iter().map(|f| sh_word(f)));
     words.join(" ")
 }

@@ -232,7 +232,8 @@ fn the_official_command_quotes_what_a_shell_would_split() {
     // A restored data file is not a test target: pytest is given only the tests' files.
     t.test_files.push("tests/config.yaml".into());
     t.pass_to_pass.push("tests/with space.py::test_a".into());
-    t.pass_to_pass.push("tests/with space.py::test_b[1-2]".into());
+    t.pass_to_pass
+        .push("tests/with space.py::test_b[1-2]".into());
     t.env.push(("Q".into(), "it's".into()));
     assert_eq!(
         official_command(&t),
