@@ -249,7 +249,8 @@ async fn grade_pages_the_dashboard_and_stats_from_the_store() {
         .map(|s| html_escape(s))
         .chain([
             wrong_report.images[0].id.clone(),
-            "infradev grade --task".to_owned(),
+            // The reproduce command names the grader's root, so it works from the clone.
+            format!("infradev --root {} grade --task", support::root().display()),
             format!("/grades/{wrong}/report.json"),
         ])
         .collect::<Vec<_>>();

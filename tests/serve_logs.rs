@@ -133,8 +133,13 @@ fn json_logs_are_one_object_per_line_and_each_fault_is_logged_once() {
 fn text_logs_carry_no_ansi_codes_off_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
+    // Both lines, in whichever order: the reconcile loop can meet the unreachable API before
+    // the command prints its address.
+    let (seen_fault, seen_listening) = (std::cell::Cell::new(false), std::cell::Cell::new(false));
     let lines = lines_until(serve(&config, "text"), |l| {
-        l.contains("could not reach GitHub")
+        seen_fault.set(seen_fault.get() || l.contains("could not reach GitHub"));
+        seen_listening.set(seen_listening.get() || l.contains("infradev: listening on"));
+        seen_fault.get() && seen_listening.get()
     });
     let all = lines.join("\n");
     assert!(
