@@ -291,13 +291,16 @@ fn a_run_grades_every_submission_and_reports_the_figures() {
     );
 
     // Running it again without --resume refuses to overwrite the run.
-    let again = infradev(scratch.path(), &["run", "--run-id", "r1"])
-        .arg("--submissions")
-        .arg(&subs)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    let again = infradev(
+        scratch.path(),
+        &["run", "--run-id", "r1", "--allow-unvalidated"],
+    )
+    .arg("--submissions")
+    .arg(&subs)
+    .arg("--out")
+    .arg(&out_dir)
+    .output()
+    .unwrap();
     assert_eq!(again.status.code(), Some(2), "{}", text(&again));
     assert!(text(&again).contains("pass --resume"), "{}", text(&again));
 }
