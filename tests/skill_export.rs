@@ -209,13 +209,24 @@ fn a_skill_exported_from_real_grades_carries_their_statistics_and_no_probe() {
     let subs = work.path().join("subs.jsonl");
     std::fs::write(&subs, lines.join("\n") + "\n").unwrap();
     let runs = work.path().join("runs");
-    let run = infradev(scratch.path(), &["run", "--run-id", "s1", "--jobs", "2"])
-        .arg("--submissions")
-        .arg(&subs)
-        .arg("--out")
-        .arg(&runs)
-        .output()
-        .unwrap();
+    // The scratch probes carry planted canaries: not the probes the example was validated with.
+    let run = infradev(
+        scratch.path(),
+        &[
+            "run",
+            "--run-id",
+            "s1",
+            "--jobs",
+            "2",
+            "--allow-unvalidated",
+        ],
+    )
+    .arg("--submissions")
+    .arg(&subs)
+    .arg("--out")
+    .arg(&runs)
+    .output()
+    .unwrap();
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     let report: RunReport =
         serde_json::from_slice(&std::fs::read(runs.join("s1/report.json")).unwrap()).unwrap();
@@ -302,7 +313,10 @@ fn a_skill_exported_from_real_grades_carries_their_statistics_and_no_probe() {
         p["inputs_digest"],
         format!("sha256:{}", hex::encode(Sha256::digest(listing.as_bytes())))
     );
-    assert_eq!(p["inputs"]["summaries"], 1, "report.json left out");
+    assert_eq!(
+        p["inputs"]["summaries"], 2,
+        "the run's report.json and flakes.json left out"
+    );
     let stats: infradev::analysis::stats::Stats =
         serde_json::from_value(p["stats"].clone()).unwrap();
     assert_eq!(stats, report.stats);
