@@ -386,7 +386,11 @@ fn a_record_holds_only_for_the_probes_it_was_computed_against() {
             ["`only` names pkg/lru.py now", "computed on nothing"],
         ),
     ] {
-        match assess(Some(&record(now, Some(1.0), 0, 0)), now, &config(0.9, scope)) {
+        match assess(
+            Some(&record(now, Some(1.0), 0, 0)),
+            now,
+            &config(0.9, scope),
+        ) {
             Assessment::Fails(found) => {
                 assert_eq!(found.len(), 1, "{found:?}");
                 assert!(says.iter().all(|s| found[0].contains(s)), "{found:?}");
@@ -438,7 +442,10 @@ fn a_reviewed_port_carries_a_record_to_the_ported_probes_only() {
     };
     assert!(holds(new, &ported), "the reviewed port carries the record");
     assert!(!holds(other, &ported), "a further edit is not the port");
-    assert!(!holds(new, &config(0.9, &Scope::default())), "no port, no carry");
+    assert!(
+        !holds(new, &config(0.9, &Scope::default())),
+        "no port, no carry"
+    );
 }
 
 #[test]
