@@ -467,13 +467,12 @@ fn completed_output(job: &Job) -> anyhow::Result<(Conclusion, CheckOutput, Optio
             Some(report),
         ));
     }
-    let why = job
-        .error
-        .clone()
-        .unwrap_or_else(|| "the grade did not produce a report".into());
+    // The error (git's output, the grader's paths) is for operators: the check says which
+    // kind of fault it was, in fixed words.
+    let fault = render::GradeFault::of_error(job.error.as_deref().unwrap_or_default());
     Ok((
         Conclusion::Neutral,
-        convert(render::with_commands(render::infra_output(&why))),
+        convert(render::with_commands(render::infra_output(fault))),
         None,
     ))
 }

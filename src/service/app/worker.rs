@@ -14,6 +14,7 @@ use super::drain::Drain;
 use super::mirror::Mirrors;
 use super::outbox::Message;
 use crate::grade::report::Report;
+use crate::grade::report::github::GradeFault;
 use crate::grade::{ExecutorChoice, GradeError, GradeRequest, grade_submission};
 use crate::service::github::GitHubApp;
 use crate::service::store::{Job, Store};
@@ -32,7 +33,7 @@ fn infra_fault(graded: &Result<Report, String>) -> Option<String> {
             Some(report.grade.reason.clone())
         }
         Ok(_) => None,
-        Err(e) if e.starts_with("task error") => None,
+        Err(e) if GradeFault::of_error(e) == GradeFault::Task => None,
         Err(e) => Some(e.clone()),
     }
 }
@@ -171,11 +172,11 @@ impl Worker {
     /// The report, or why the grade could not run (reported as a neutral infra check).
     async fn grade(&self, job: &Job) -> Result<Report, String> {
         let task = Registry::resolve(&self.root, &job.task_id, None)
-            .map_err(|e| format!("task error: {e}"))?;
+            .map_err(|e| format!("{}: {e}", GradeFault::Task.prefix()))?;
         let mirror = self
             .fetch(job, &task.base_commit, &task.reference_commit)
             .await
-            .map_err(|e| format!("cannot fetch the pull request: {e:#}"))?;
+            .map_err(|e| format!("{}: {e:#}", GradeFault::FetchHead.prefix()))?;
         let request = GradeRequest {
             task,
             repo: mirror,
@@ -188,8 +189,10 @@ impl Worker {
         };
         match grade_submission(&request, &|_| {}).await {
             Ok(report) => Ok(report),
-            Err(GradeError::Task(e) | GradeError::Usage(e)) => Err(format!("task error: {e:#}")),
-            Err(GradeError::Infra(e)) => Err(format!("infrastructure error: {e:#}")),
+            Err(GradeError::Task(e) | GradeError::Usage(e)) => {
+                Err(format!("{}: {e:#}", GradeFault::Task.prefix()))
+            }
+            Err(GradeError::Infra(e)) => Err(format!("{}: {e:#}", GradeFault::Infra.prefix())),
         }
     }
 
