@@ -108,6 +108,10 @@ async fn draft_label_and_edit_changes_are_stored_and_obeyed(backend: Backend) {
         "a human PR nobody approved is not graded on a re-run"
     );
 
+    // The grade ends before the task changes (a grade of a task the PR no longer names is
+    // cancelled, never posted: tests/service_verdicts.rs).
+    let graded = w.completed_job_runs(&head, 1).await;
+    assert_graded(&graded[0]);
     // Labelled again, then the base branch edited away from `infradev/<task>`: no task.
     pull.labels = vec!["agent".into()];
     w.fake.add_pull(REPO_FULL, pull.clone());

@@ -11,6 +11,10 @@
 
 mod support;
 
+use std::time::{Duration, Instant};
+
+use infradev::service::store::JobState;
+use serde_json::json;
 use support::payloads::Author;
 use support::story::*;
 
@@ -21,7 +25,203 @@ macro_rules! stories {
     };
 }
 
-stories!(an_unfetchable_head_is_reported_in_fixed_words,);
+stories!(
+    a_task_changed_mid_grade_is_cancelled_not_posted,
+    a_force_push_back_supersedes_the_newer_heads_grade,
+    an_unfetchable_head_is_reported_in_fixed_words,
+);
+
+/// How long an abandoned grade's sandboxes may outlive the moment its check run says it was
+/// cancelled: a lease renewal (5 s) and the removal, on a loaded machine.
+const REMOVED_WITHIN: Duration = Duration::from_secs(30);
+
+/// Waits until the story's sandboxes are gone, at most [`REMOVED_WITHIN`].
+async fn sandboxes_removed(w: &World) {
+    let started = Instant::now();
+    loop {
+        let left = w.sandboxes();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < REMOVED_WITHIN,
+            "the abandoned grade's sandboxes are still there: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until a grade of `head` is running, with its sandboxes up; returns its check run.
+async fn grading_in_sandbox(w: &World, head: &str) -> support::fake_github::FakeCheckRun {
+    w.wait("a grade running in its sandboxes", || {
+        let run = w
+            .job_runs(head)
+            .into_iter()
+            .find(|r| r.status == "in_progress")?;
+        (!w.sandboxes().is_empty()).then_some(run)
+    })
+    .await
+}
+
+/// The check run `id` as the fake holds it now.
+fn run_now(w: &World, head: &str, id: u64) -> support::fake_github::FakeCheckRun {
+    w.runs_for(head)
+        .into_iter()
+        .find(|r| r.id == id)
+        .expect("the check run exists")
+}
+
+fn conclusions(run: &support::fake_github::FakeCheckRun) -> Vec<String> {
+    run.history
+        .iter()
+        .filter_map(|h| h.get("conclusion").and_then(|c| c.as_str()))
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn a_task_changed_mid_grade_is_cancelled_not_posted(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    w.use_private_root();
+    w.start().await;
+    let head = w.heads.wrong.clone();
+    w.seed_agent_pull(81, &head);
+    w.send(
+        "pull_request",
+        w.pull_event("opened.json", 81, &head, Author::Agent),
+    )
+    .await;
+    let running = grading_in_sandbox(&w, &head).await;
+    // The base branch is edited to another task's branch while the grade runs.
+    let other = "vllm-kv-offload-lru";
+    w.seed_agent_pull_for(81, &head, other);
+    let mut edited = w.pull_event("opened.json", 81, &head, Author::Agent);
+    edited["action"] = json!("edited");
+    edited["pull_request"]["base"]["ref"] = json!(format!("infradev/{other}"));
+    edited["changes"] = json!({ "base": { "ref": { "from": format!("infradev/{TASK}") },
+                                          "sha": { "from": w.heads.base } } });
+    w.send_processed("pull_request", edited).await;
+    let cancelled = w
+        .wait("the old task's grade cancelled", || {
+            Some(run_now(&w, &head, running.id)).filter(|r| r.status == "completed")
+        })
+        .await;
+    assert_eq!(
+        cancelled.conclusion.as_deref(),
+        Some("cancelled"),
+        "{:?}",
+        cancelled.title
+    );
+    let title = cancelled.title.as_deref().unwrap_or_default();
+    assert!(title.contains(other), "the reason names the task: {title}");
+    // Dropped, not left to finish: its sandboxes go at once.
+    sandboxes_removed(&w).await;
+    let jobs = w.jobs(81).await;
+    let old = jobs
+        .iter()
+        .find(|j| j.task_id == TASK)
+        .expect("the old job");
+    assert_eq!(old.state, JobState::Cancelled, "{old:?}");
+    assert_eq!(old.result_json, None, "no result recorded");
+    assert!(
+        jobs.iter().any(|j| j.task_id == other),
+        "the task the pull request names now is graded: {jobs:?}"
+    );
+    // Past another lease renewal and outbox pass, the old grade still said nothing.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        conclusions(&run_now(&w, &head, running.id)),
+        ["cancelled"],
+        "one conclusion, never the grade"
+    );
+    w.assert_clean();
+}
+
+async fn a_force_push_back_supersedes_the_newer_heads_grade(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    w.use_private_root();
+    w.start().await;
+    let (old, new) = (w.heads.wrong.clone(), w.heads.reference.clone());
+    w.seed_agent_pull(83, &old);
+    w.send(
+        "pull_request",
+        w.pull_event("opened.json", 83, &old, Author::Agent),
+    )
+    .await;
+    let first = w.completed_job_runs(&old, 1).await.remove(0);
+    assert_eq!(first.conclusion.as_deref(), Some("failure"));
+    w.wait("the comment on the first head", || {
+        w.sticky_comments(83)
+            .into_iter()
+            .find(|c| c.body.contains(&old[..12]))
+    })
+    .await;
+    // A push, then a force-push back to the graded commit while the new head grades.
+    w.seed_agent_pull(83, &new);
+    w.send(
+        "pull_request",
+        w.pull_event("synchronize.json", 83, &new, Author::Agent),
+    )
+    .await;
+    let running = grading_in_sandbox(&w, &new).await;
+    w.seed_agent_pull(83, &old);
+    w.send_processed(
+        "pull_request",
+        w.pull_event("synchronize.json", 83, &old, Author::Agent),
+    )
+    .await;
+    let cancelled = w
+        .wait("the abandoned head's grade cancelled", || {
+            Some(run_now(&w, &new, running.id)).filter(|r| r.status == "completed")
+        })
+        .await;
+    assert_eq!(
+        cancelled.conclusion.as_deref(),
+        Some("cancelled"),
+        "{:?}",
+        cancelled.title
+    );
+    assert!(
+        cancelled
+            .title
+            .as_deref()
+            .unwrap_or_default()
+            .contains("superseded"),
+        "{:?}",
+        cancelled.title
+    );
+    sandboxes_removed(&w).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(conclusions(&run_now(&w, &new, running.id)), ["cancelled"]);
+    let jobs = w.jobs(83).await;
+    assert_eq!(
+        jobs.len(),
+        2,
+        "the graded commit is not graded again: {jobs:?}"
+    );
+    assert_eq!(jobs[1].state, JobState::Cancelled, "{jobs:?}");
+    let shown = w
+        .fake
+        .latest_check_run(REPO_FULL, &old, "InfraDev")
+        .unwrap();
+    assert_eq!(
+        (shown.id, shown.conclusion.as_deref()),
+        (first.id, Some("failure"))
+    );
+    // The sticky comment describes the pull request's head, and only it.
+    w.outbox_idle().await;
+    let comments = w.sticky_comments(83);
+    assert_eq!(comments.len(), 1);
+    assert!(
+        comments[0].body.contains(&old[..12]) && !comments[0].body.contains(&new[..12]),
+        "{}",
+        comments[0].body
+    );
+    w.assert_clean();
+}
 
 async fn an_unfetchable_head_is_reported_in_fixed_words(backend: Backend) {
     let Some(mut w) = World::new(backend).await else {

@@ -546,9 +546,17 @@ async fn enqueue_cancels_older_heads_and_is_idempotent(db: TestDb) {
         (b.id, JobState::Running, false)
     );
 
-    // Another task on the same head is a job of its own and cancels nothing.
+    // Another task on the same head (the pull request names it now) supersedes the old
+    // task's job; its worker's finish is then refused.
     let c = store.enqueue_job(REPO, 7, "sha-2", "t2", 77).await.unwrap();
-    assert!(c.created && c.cancelled.is_empty());
+    assert!(c.created);
+    assert_eq!(c.cancelled.iter().map(|j| j.id).collect::<Vec<_>>(), [b.id]);
+    assert!(
+        !store
+            .finish_job(b.id, "w1", "resolved", "{}")
+            .await
+            .unwrap()
+    );
     let active: Vec<JobId> = store
         .active_jobs_for_pull(REPO, 7)
         .await
@@ -556,23 +564,24 @@ async fn enqueue_cancels_older_heads_and_is_idempotent(db: TestDb) {
         .iter()
         .map(|j| j.id)
         .collect();
-    assert_eq!(active, [b.id, c.job.id]);
+    assert_eq!(active, [c.job.id]);
 
     // A finished job does not block a regrade of the same head.
+    let claimed = store.claim_job("w1", LEASE).await.unwrap().unwrap();
+    assert_eq!(claimed.id, c.job.id);
     assert!(
         store
-            .finish_job(b.id, "w1", "resolved", "{}")
+            .finish_job(c.job.id, "w1", "resolved", "{}")
             .await
             .unwrap()
     );
-    let regrade = store.enqueue_job(REPO, 7, "sha-2", "t", 77).await.unwrap();
+    let regrade = store.enqueue_job(REPO, 7, "sha-2", "t2", 77).await.unwrap();
     assert!(regrade.created && regrade.job.id > c.job.id);
 
-    // A running job of an old head is cancelled too (its worker's finish is then refused).
+    // A job of an old head is cancelled too.
     let d = store.enqueue_job(REPO, 7, "sha-3", "t", 77).await.unwrap();
-    let mut cancelled: Vec<JobId> = d.cancelled.iter().map(|j| j.id).collect();
-    cancelled.sort();
-    assert_eq!(cancelled, [c.job.id, regrade.job.id]);
+    let cancelled: Vec<JobId> = d.cancelled.iter().map(|j| j.id).collect();
+    assert_eq!(cancelled, [regrade.job.id]);
 
     assert_eq!(
         store.get_job(other.id).await.unwrap().unwrap().state,

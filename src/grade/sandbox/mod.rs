@@ -96,6 +96,16 @@ impl Executor {
         }
     }
 
+    /// For Docker, a guard that removes the sandboxes of run `run_id` at once if the grade is
+    /// abandoned (dropped) before it disarms the guard; the local executor's process groups
+    /// end with their handles.
+    pub fn run_reaper(&self, run_id: &str) -> Option<docker::RunReaper> {
+        match self {
+            Executor::Docker(d) => Some(d.run_reaper(run_id)),
+            Executor::Local(_) => None,
+        }
+    }
+
     /// The guarantees this executor cannot give, in plain words (empty for Docker).
     pub fn limitations(&self) -> Vec<String> {
         match self {

@@ -46,6 +46,12 @@ pub enum Message {
         job_id: i64,
         superseded_by: Option<String>,
     },
+    /// The job's pull request no longer names its task (it names `task`, or none): its grade
+    /// is superseded, and its check run is completed `cancelled` saying so.
+    CheckTaskChanged {
+        job_id: i64,
+        task: Option<String>,
+    },
     /// An agent PR that names no task: one neutral check saying how to name one.
     CheckNoTask {
         repo: String,
@@ -85,7 +91,35 @@ impl Message {
             | Message::CheckInProgress { job_id }
             | Message::CheckCompleted { job_id }
             | Message::StickyComment { job_id }
-            | Message::CheckCancelled { job_id, .. } => Some(JobId(*job_id)),
+            | Message::CheckCancelled { job_id, .. }
+            | Message::CheckTaskChanged { job_id, .. } => Some(JobId(*job_id)),
+            _ => None,
+        }
+    }
+
+    /// The installation and repository a message not tied to a job is sent through.
+    pub fn target(&self) -> Option<(u64, String)> {
+        match self {
+            Message::CheckNoTask {
+                installation_id,
+                repo,
+                ..
+            }
+            | Message::CheckWaiting {
+                installation_id,
+                repo,
+                ..
+            }
+            | Message::React {
+                installation_id,
+                repo,
+                ..
+            }
+            | Message::Reply {
+                installation_id,
+                repo,
+                ..
+            } => Some((*installation_id, repo.clone())),
             _ => None,
         }
     }
@@ -274,6 +308,15 @@ impl Outbox {
             }
             Message::StickyComment { job_id } => {
                 let job = self.job(*job_id).await?;
+                // The comment describes the pull request as it is: a grade of a head or task
+                // it has moved away from (finished just before the move) is not written.
+                if let Some(pull) = self.store.get_pull(&job.repo, job.number).await?
+                    && (pull.head_sha != job.head_sha
+                        || pull.task_id.as_deref() != Some(job.task_id.as_str()))
+                {
+                    tracing::info!(job = %job.id, "sticky comment not written: the pull request moved on");
+                    return Ok(None);
+                }
                 let (_, _, report) = completed_output(&job)?;
                 let body =
                     render::sticky_comment(&job.head_sha, report.as_ref(), &status_line(&job), &[]);
@@ -297,6 +340,26 @@ impl Outbox {
                         Some(sha) => render::cancelled_output(sha),
                         None => render::withdrawn_output(),
                     })),
+                    ..Default::default()
+                };
+                self.client(&job.repo, job.installation_id)
+                    .await?
+                    .update_check_run(check, &update)
+                    .await?;
+                Ok(None)
+            }
+            Message::CheckTaskChanged { job_id, task } => {
+                let job = self.job(*job_id).await?;
+                let Some(check) = job.check_run_id else {
+                    return Ok(None);
+                }; // Never shown: nothing to cancel.
+                let update = CheckRunUpdate {
+                    conclusion: Some(Conclusion::Cancelled),
+                    completed_at: Some(Utc::now()),
+                    output: Some(convert(render::task_changed_output(
+                        &job.task_id,
+                        task.as_deref(),
+                    ))),
                     ..Default::default()
                 };
                 self.client(&job.repo, job.installation_id)

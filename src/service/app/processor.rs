@@ -148,7 +148,12 @@ impl Processor {
         Ok(from_api(pull))
     }
 
-    /// Records `pr`'s state in the PR index (and its head in the head index).
+    /// Records `pr`'s state in the PR index (and its head in the head index), and, in the
+    /// same transaction, supersedes what the pull request no longer is: its queued and
+    /// running grades of another head, or of a task it no longer names, are cancelled (their
+    /// check runs completed `cancelled` with the reason), so no such grade is ever posted.
+    /// When the pull request comes back to a (head, task) that was graded (a force-push back,
+    /// a task named again), its sticky comment is written from that grade again.
     pub(super) async fn store_pull(
         &self,
         repo: &Repo,
@@ -156,6 +161,7 @@ impl Processor {
         pr: &PullRequest,
         state: &PullState,
     ) -> Result<(), Failure> {
+        let transient = |e: crate::service::store::StoreError| Failure::Transient(e.into());
         let upsert = PullUpsert {
             repo: repo.full_name(),
             number: pr.number,
@@ -168,14 +174,56 @@ impl Processor {
             draft: pr.draft,
             open: pr.state_open,
         };
-        self.store
-            .upsert_pull(&upsert)
+        let mut tx = self.store.begin().await.map_err(transient)?;
+        let before = tx
+            .get_pull(&upsert.repo, pr.number)
             .await
-            .map_err(|e| Failure::Transient(e.into()))?;
-        self.store
-            .index_head(&upsert.repo, &pr.head_sha, pr.number)
+            .map_err(transient)?;
+        tx.upsert_pull(&upsert).await.map_err(transient)?;
+        tx.index_head(&upsert.repo, &pr.head_sha, pr.number)
             .await
-            .map_err(|e| Failure::Transient(e.into()))?;
+            .map_err(transient)?;
+        // A closed pull request's grades were cancelled as withdrawn (`CancelActive`).
+        let superseded = if pr.state_open {
+            tx.supersede_jobs(&upsert.repo, pr.number, &pr.head_sha, state.task.as_deref())
+                .await
+                .map_err(transient)?
+        } else {
+            Vec::new()
+        };
+        for job in &superseded {
+            tracing::info!(job = %job.id, head = %job.head_sha, task = %job.task_id, "superseded: the pull request is no longer this head and task");
+            tx.push_outbox(&superseded_message(job, &pr.head_sha, state.task.as_deref()).to_row())
+                .await
+                .map_err(transient)?;
+        }
+        let moved = before
+            .as_ref()
+            .is_some_and(|b| b.head_sha != pr.head_sha || b.task_id != state.task);
+        if let (true, Some(task)) = (moved && pr.state_open, &state.task) {
+            let graded = tx
+                .jobs_for_pull(&upsert.repo, pr.number)
+                .await
+                .map_err(transient)?
+                .into_iter()
+                .filter(|j| {
+                    j.head_sha == pr.head_sha
+                        && &j.task_id == task
+                        && j.state == crate::service::store::JobState::Finished
+                })
+                .max_by_key(|j| j.id);
+            if let Some(job) = graded {
+                tx.push_outbox(&Message::StickyComment { job_id: job.id.0 }.to_row())
+                    .await
+                    .map_err(transient)?;
+            }
+        }
+        tx.commit().await.map_err(transient)?;
+        self.wake_outbox.notify_one();
+        if !superseded.is_empty() {
+            // Runs of superseded grades are cancelled in their engines.
+            self.wake_remote.notify_waiters();
+        }
         Ok(())
     }
 
@@ -362,10 +410,7 @@ impl Processor {
                     .map_err(transient)?;
                 }
                 for old in &enqueued.cancelled {
-                    let message = Message::CheckCancelled {
-                        job_id: old.id.0,
-                        superseded_by: Some(head_sha.clone()),
-                    };
+                    let message = superseded_message(old, &head_sha, Some(task.as_str()));
                     tx.push_outbox(&message.to_row()).await.map_err(transient)?;
                 }
                 tx.commit().await.map_err(transient)?;
@@ -522,6 +567,26 @@ impl Processor {
             Decision::Nothing { why } => tracing::debug!(%why, "nothing to do"),
         }
         Ok(())
+    }
+}
+
+/// How a grade superseded by the pull request's (head, task) now is reported: by the newer
+/// head, or by the task it names now (`task`, or none).
+fn superseded_message(
+    job: &crate::service::store::Job,
+    head_sha: &str,
+    task: Option<&str>,
+) -> Message {
+    if job.head_sha != head_sha {
+        Message::CheckCancelled {
+            job_id: job.id.0,
+            superseded_by: Some(head_sha.to_owned()),
+        }
+    } else {
+        Message::CheckTaskChanged {
+            job_id: job.id.0,
+            task: task.map(str::to_owned),
+        }
     }
 }
 

@@ -358,6 +358,16 @@ impl FakeGitHub {
             .unwrap_or_default()
     }
 
+    /// The check run named `name` that GitHub shows for commit `sha`, and that a branch
+    /// protection rule requiring `name` reads: the newest one, whichever pull request (or
+    /// none) it was posted for.
+    pub fn latest_check_run(&self, repo: &str, sha: &str, name: &str) -> Option<FakeCheckRun> {
+        self.check_runs(repo)
+            .into_iter()
+            .filter(|r| r.head_sha == sha && r.name == name)
+            .max_by_key(|r| r.id)
+    }
+
     /// Every comment of `repo`'s issue or pull request `issue`, with its reactions.
     pub fn comments(&self, repo: &str, issue: u64) -> Vec<FakeComment> {
         self.world()

@@ -330,6 +330,36 @@ pub fn withdrawn_output() -> CheckOutput {
     )
 }
 
+/// A cancelled check run's output (conclusion `cancelled`): the pull request no longer names
+/// the task this grade was of (`task`); it names `now` instead, or no task.
+pub fn task_changed_output(task: &str, now: Option<&str>) -> CheckOutput {
+    let (title, why) = match now {
+        Some(now) => (
+            format!(
+                "Cancelled: the pull request now names task {}",
+                clean(now, 100)
+            ),
+            format!(
+                "The pull request now names the task {} instead of {}, so this grade of {} \
+                 is no longer its grade. See the InfraDev check of {}.",
+                code(now, 100),
+                code(task, 100),
+                code(task, 100),
+                code(now, 100)
+            ),
+        ),
+        None => (
+            "Cancelled: the pull request no longer names a task".to_owned(),
+            format!(
+                "The pull request no longer names the task {}, so this grade of it is no \
+                 longer its grade.",
+                code(task, 100)
+            ),
+        ),
+    };
+    plain(title, why)
+}
+
 /// A cancelled check run's output (conclusion `cancelled`): a newer head replaced this one.
 pub fn cancelled_output(superseded_by_sha: &str) -> CheckOutput {
     let sha = sha(superseded_by_sha);

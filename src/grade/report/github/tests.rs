@@ -303,6 +303,18 @@ fn every_fault_has_a_fixed_phrase_and_is_found_by_its_prefix() {
 }
 
 #[test]
+fn a_grade_of_a_task_no_longer_named_says_so() {
+    let now = task_changed_output("t1", Some("t2"));
+    assert_eq!(now.title, "Cancelled: the pull request now names task t2");
+    assert!(now.summary.contains("`t1`") && now.summary.contains("`t2`"));
+    let none = task_changed_output("t1", None);
+    assert_eq!(
+        none.title,
+        "Cancelled: the pull request no longer names a task"
+    );
+}
+
+#[test]
 fn no_task_check() {
     let output = no_task_output(42, &["shard-adam-state", "paged-kv-cache"]);
     insta::assert_snapshot!(show(&output), @r#"
