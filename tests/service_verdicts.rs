@@ -26,6 +26,7 @@ macro_rules! stories {
 }
 
 stories!(
+    a_human_pr_never_hides_the_grade_of_its_commit,
     a_task_changed_mid_grade_is_cancelled_not_posted,
     a_force_push_back_supersedes_the_newer_heads_grade,
     an_unfetchable_head_is_reported_in_fixed_words,
@@ -77,6 +78,70 @@ fn conclusions(run: &support::fake_github::FakeCheckRun) -> Vec<String> {
         .filter_map(|h| h.get("conclusion").and_then(|c| c.as_str()))
         .map(str::to_owned)
         .collect()
+}
+
+async fn a_human_pr_never_hides_the_grade_of_its_commit(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    w.start().await;
+    let head = w.heads.wrong.clone();
+    w.seed_agent_pull(71, &head);
+    w.send(
+        "pull_request",
+        w.pull_event("opened.json", 71, &head, Author::Agent),
+    )
+    .await;
+    let graded = w.completed_job_runs(&head, 1).await.remove(0);
+    assert_eq!(
+        graded.conclusion.as_deref(),
+        Some("failure"),
+        "{:?}",
+        graded.title
+    );
+    // A human opens a pull request from the same commit (the agent's branch); nobody asked
+    // for it to be graded. A neutral "Waiting" run on the commit would be the newest
+    // `InfraDev` run there, and a required check would read the failure as passing.
+    w.seed_human_pull(72, &head, &[]);
+    w.send_processed(
+        "pull_request",
+        w.pull_event("opened.json", 72, &head, Author::Human("alice")),
+    )
+    .await;
+    w.outbox_idle().await;
+    let shown = w
+        .fake
+        .latest_check_run(REPO_FULL, &head, "InfraDev")
+        .expect("a check run");
+    assert_eq!(
+        (shown.id, shown.conclusion.as_deref()),
+        (graded.id, Some("failure")),
+        "what GitHub and branch protection read is still the grade: {:?}",
+        shown.title
+    );
+    assert!(
+        w.runs_for(&head)
+            .iter()
+            .all(|r| r.external_id.as_deref() != Some("waiting:72")),
+        "no neutral run on a graded commit"
+    );
+    // Where the commit has no grade, the human's pull request still says it waits.
+    let base = w.heads.base.clone();
+    w.seed_human_pull(72, &base, &[]);
+    w.send_processed(
+        "pull_request",
+        w.pull_event("synchronize.json", 72, &base, Author::Human("alice")),
+    )
+    .await;
+    let waiting = w
+        .wait("the waiting check on the ungraded commit", || {
+            w.runs_for(&base)
+                .into_iter()
+                .find(|r| r.external_id.as_deref() == Some("waiting:72"))
+        })
+        .await;
+    assert_eq!(waiting.conclusion.as_deref(), Some("neutral"));
+    w.assert_clean();
 }
 
 async fn a_task_changed_mid_grade_is_cancelled_not_posted(backend: Backend) {

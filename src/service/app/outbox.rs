@@ -16,10 +16,10 @@ use crate::grade::report::github as render;
 use crate::grading::Verdict;
 use crate::service::config::OutboxConfig;
 use crate::service::github::{
-    Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunUpdate,
-    Conclusion, GitHubApp, GitHubError, RepoClient, Retry, RetryPolicy, Status,
+    Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunSummary,
+    CheckRunUpdate, Conclusion, GitHubApp, GitHubError, RepoClient, Retry, RetryPolicy, Status,
 };
-use crate::service::store::{Job, JobId, NewOutbox, OutboxRow, Store};
+use crate::service::store::{Job, JobId, JobState, NewOutbox, OutboxRow, Store};
 
 /// One GitHub write to make. Stored as the row's kind and JSON payload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,6 +241,63 @@ impl Outbox {
         }
     }
 
+    /// Whether commit `head_sha` of `repo` has a grade that a new check run named
+    /// [`render::CHECK_NAME`] would hide: a job of any pull request that grades it and was not
+    /// cancelled (in the store), or such a job's check run on GitHub. GitHub's branch
+    /// protection reads the newest check run of a name on a commit, whichever pull request
+    /// it was posted for; a neutral one posted after a `failure` would read as passing.
+    async fn commit_has_grade(
+        &self,
+        repo: &str,
+        head_sha: &str,
+        runs: &[CheckRunSummary],
+    ) -> anyhow::Result<bool> {
+        let jobs = self.store.jobs_for_head(repo, head_sha).await?;
+        if jobs.iter().any(|j| j.state != JobState::Cancelled) {
+            return Ok(true);
+        }
+        Ok(runs.iter().any(|r| {
+            r.external_id
+                .as_deref()
+                .is_some_and(|e| e.parse::<i64>().is_ok_and(|id| id > 0))
+                && r.conclusion.as_deref() != Some("cancelled")
+        }))
+    }
+
+    /// Posts a completed neutral check run on `head_sha` (`external_id` says which kind and
+    /// PR) unless one with that `external_id` exists, or the commit has a grade it would hide.
+    async fn post_neutral(
+        &self,
+        repo: &str,
+        installation_id: u64,
+        head_sha: &str,
+        external_id: String,
+        output: render::CheckOutput,
+    ) -> anyhow::Result<Option<String>> {
+        let client = self.client(repo, installation_id).await?;
+        let runs = client
+            .check_runs_named(head_sha, render::CHECK_NAME)
+            .await?;
+        if runs
+            .iter()
+            .any(|r| r.external_id.as_deref() == Some(external_id.as_str()))
+        {
+            return Ok(None);
+        }
+        if self.commit_has_grade(repo, head_sha, &runs).await? {
+            tracing::info!(%repo, %head_sha, %external_id, "not posted: the commit has a grade it would hide");
+            return Ok(None);
+        }
+        let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
+        run.external_id = Some(external_id);
+        run.status = Status::Completed;
+        run.conclusion = Some(Conclusion::Neutral);
+        run.completed_at = Some(Utc::now());
+        run.output = Some(convert(output));
+        client.create_check_run(&run).await?;
+        Ok(None)
+    }
+
     /// `Ok(Some(why))` when the message cannot be delivered yet.
     async fn deliver(&self, message: &Message) -> anyhow::Result<Option<String>> {
         match message {
@@ -375,24 +432,15 @@ impl Outbox {
                 head_sha,
                 known_tasks,
             } => {
-                let client = self.client(repo, *installation_id).await?;
-                let external_id = format!("no-task:{number}");
-                if client
-                    .find_check_run_by_external_id(head_sha, render::CHECK_NAME, &external_id)
-                    .await?
-                    .is_some()
-                {
-                    return Ok(None);
-                }
                 let known: Vec<&str> = known_tasks.iter().map(String::as_str).collect();
-                let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
-                run.external_id = Some(external_id);
-                run.status = Status::Completed;
-                run.conclusion = Some(Conclusion::Neutral);
-                run.completed_at = Some(Utc::now());
-                run.output = Some(convert(render::no_task_output(*number, &known)));
-                client.create_check_run(&run).await?;
-                Ok(None)
+                self.post_neutral(
+                    repo,
+                    *installation_id,
+                    head_sha,
+                    format!("no-task:{number}"),
+                    render::no_task_output(*number, &known),
+                )
+                .await
             }
             Message::Reply {
                 repo,
@@ -412,23 +460,14 @@ impl Outbox {
                 number,
                 head_sha,
             } => {
-                let client = self.client(repo, *installation_id).await?;
-                let external_id = format!("waiting:{number}");
-                if client
-                    .find_check_run_by_external_id(head_sha, render::CHECK_NAME, &external_id)
-                    .await?
-                    .is_some()
-                {
-                    return Ok(None);
-                }
-                let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
-                run.external_id = Some(external_id);
-                run.status = Status::Completed;
-                run.conclusion = Some(Conclusion::Neutral);
-                run.completed_at = Some(Utc::now());
-                run.output = Some(convert(render::waiting_output(*number)));
-                client.create_check_run(&run).await?;
-                Ok(None)
+                self.post_neutral(
+                    repo,
+                    *installation_id,
+                    head_sha,
+                    format!("waiting:{number}"),
+                    render::waiting_output(*number),
+                )
+                .await
             }
             Message::React {
                 repo,
