@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use infradev::service::store::JobState;
 use serde_json::json;
-use support::payloads::Author;
+use support::fake_github::FakePull;
+use support::payloads::{self, Author, OWNER, REPO};
 use support::story::*;
 
 macro_rules! stories {
@@ -29,6 +30,7 @@ stories!(
     a_human_pr_never_hides_the_grade_of_its_commit,
     a_task_changed_mid_grade_is_cancelled_not_posted,
     a_force_push_back_supersedes_the_newer_heads_grade,
+    removing_the_app_stops_its_grades_and_posts_nothing,
     an_unfetchable_head_is_reported_in_fixed_words,
 );
 
@@ -285,6 +287,127 @@ async fn a_force_push_back_supersedes_the_newer_heads_grade(backend: Backend) {
         "{}",
         comments[0].body
     );
+    w.assert_clean();
+}
+
+async fn removing_the_app_stops_its_grades_and_posts_nothing(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    w.use_private_root();
+    let second = format!("{OWNER}/second");
+    w.fake.add_installation(INSTALLATION, &[&second]);
+    std::os::unix::fs::symlink(
+        support::example_repo(),
+        w.dir.path().join("gh").join(OWNER).join("second.git"),
+    )
+    .unwrap();
+    w.start().await;
+    // One grade running, one queued behind it (one worker).
+    let (a, b) = (w.heads.wrong.clone(), w.heads.reference.clone());
+    w.seed_agent_pull(91, &a);
+    w.send(
+        "pull_request",
+        w.pull_event("opened.json", 91, &a, Author::Agent),
+    )
+    .await;
+    grading_in_sandbox(&w, &a).await;
+    w.seed_agent_pull(92, &b);
+    w.send_processed(
+        "pull_request",
+        w.pull_event("opened.json", 92, &b, Author::Agent),
+    )
+    .await;
+    w.outbox_idle().await;
+
+    // The repository is taken out of the installation.
+    w.fake.remove_repos(INSTALLATION, &[REPO_FULL]);
+    let removed_at = Instant::now();
+    let mut removed = payloads::fixture("installation_repositories", "removed.json");
+    removed["installation"]["id"] = json!(INSTALLATION);
+    removed["repositories_removed"] = json!([{ "id": 76, "node_id": "MDEwOlJlcG9zaXRvcnk3Ng==",
+        "name": REPO, "full_name": REPO_FULL, "private": false }]);
+    w.send_processed("installation_repositories", removed).await;
+    for number in [91, 92] {
+        let jobs = w.jobs(number).await;
+        assert!(
+            jobs.iter().all(|j| j.state == JobState::Cancelled),
+            "#{number}: {jobs:?}"
+        );
+    }
+    sandboxes_removed(&w).await;
+
+    // The worker moves on to a pull request of the repository the App still has.
+    let c = w.heads.broken.clone();
+    let mut pull = FakePull::new(5, &c);
+    pull.head_ref = "agent/prefix-caching".into();
+    pull.base_ref = format!("infradev/{TASK}");
+    pull.head_repo =
+        support::fake_github::HeadRepo::Fork(format!("{}/{REPO}", support::payloads::FORK_OWNER));
+    pull.author = "coding-agent[bot]".into();
+    pull.author_is_bot = true;
+    w.fake.add_pull(&second, pull);
+    let mut opened = w.pull_event("opened.json", 5, &c, Author::Agent);
+    opened["repository"]["name"] = json!("second");
+    opened["repository"]["full_name"] = json!(second);
+    w.send_processed("pull_request", opened).await;
+    w.wait("the other repository's grade in its sandboxes", || {
+        let running = w
+            .fake
+            .check_runs(&second)
+            .into_iter()
+            .any(|r| r.status == "in_progress");
+        (running && !w.sandboxes().is_empty()).then_some(())
+    })
+    .await;
+
+    // The App is uninstalled.
+    w.fake.delete_installation(INSTALLATION);
+    let deleted_at = Instant::now();
+    let mut deleted = payloads::fixture("installation", "deleted.json");
+    deleted["installation"]["id"] = json!(INSTALLATION);
+    w.send_processed("installation", deleted).await;
+    let store = w.store().await;
+    let jobs = store.jobs_for_pull(&second, 5).await.unwrap();
+    store.close().await;
+    assert!(
+        jobs.iter().all(|j| j.state == JobState::Cancelled),
+        "{jobs:?}"
+    );
+    sandboxes_removed(&w).await;
+    // Past a lease renewal and several outbox passes: nothing was sent with a dead token.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let requests = w.fake.requests();
+    let to_removed: Vec<String> = requests
+        .iter()
+        .filter(|r| r.received_at > removed_at)
+        .filter(|r| {
+            r.path
+                .to_ascii_lowercase()
+                .contains("/repos/infradev-mirrors/minicache")
+        })
+        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+        .collect();
+    assert!(to_removed.is_empty(), "{to_removed:#?}");
+    let after_deletion: Vec<String> = requests
+        .iter()
+        .filter(|r| r.received_at > deleted_at)
+        .filter(|r| {
+            r.caller.starts_with("installation")
+                || r.operation == "apps/create-installation-access-token"
+                || r.path.starts_with("/repos/")
+        })
+        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+        .collect();
+    assert!(after_deletion.is_empty(), "{after_deletion:#?}");
+    for number in [91, 92] {
+        assert!(
+            w.jobs(number)
+                .await
+                .iter()
+                .all(|j| j.state == JobState::Cancelled && j.result_json.is_none())
+        );
+    }
     w.assert_clean();
 }
 

@@ -152,6 +152,9 @@ pub struct Outbox {
 /// How one delivery attempt ended.
 enum Attempt {
     Done,
+    /// Never to be sent: the installation it would be sent through is gone (deleted or
+    /// suspended), so GitHub would refuse its token.
+    Withdrawn(String),
     /// Not yet possible (an earlier step of the same job is missing): try again soon.
     NotYet(String),
     Failed(anyhow::Error, Retry),
@@ -173,6 +176,10 @@ impl Outbox {
                     self.store.complete_outbox(row.id).await?;
                     done += 1;
                 }
+                Attempt::Withdrawn(why) => {
+                    tracing::info!(row = %row.id, kind = %row.kind, %why, "GitHub write withdrawn");
+                    self.store.dead_outbox(row.id, &why).await?;
+                }
                 other => {
                     if let Some(job) = row.job_id {
                         blocked.push(job);
@@ -189,7 +196,7 @@ impl Outbox {
     async fn reschedule(&self, row: &OutboxRow, attempt: Attempt) -> anyhow::Result<()> {
         let attempts = row.attempts + 1;
         let (error, wait) = match attempt {
-            Attempt::Done => return Ok(()),
+            Attempt::Done | Attempt::Withdrawn(_) => return Ok(()),
             Attempt::NotYet(why) => (why, Some(self.backoff(0))),
             Attempt::Failed(e, Retry::After(d)) => {
                 (format!("{e:#}"), Some(d.max(self.backoff(attempts))))
@@ -227,6 +234,15 @@ impl Outbox {
                 );
             }
         };
+        match self.installation_of(&message).await {
+            Ok(Some(installation)) => match self.installation_gone(installation).await {
+                Ok(Some(why)) => return Attempt::Withdrawn(why),
+                Ok(None) => {}
+                Err(e) => return Attempt::Failed(e, Retry::After(self.backoff(row.attempts))),
+            },
+            Ok(None) => {}
+            Err(e) => return Attempt::Failed(e, Retry::After(self.backoff(row.attempts))),
+        }
         match self.deliver(&message).await {
             Ok(Some(why)) => Attempt::NotYet(why),
             Ok(None) => Attempt::Done,
@@ -239,6 +255,27 @@ impl Outbox {
                 Attempt::Failed(e, retry)
             }
         }
+    }
+
+    /// The installation a message is sent through (`None` when its job is gone).
+    async fn installation_of(&self, message: &Message) -> anyhow::Result<Option<u64>> {
+        Ok(match message.target() {
+            Some((installation_id, _)) => Some(installation_id),
+            None => match message.job_id() {
+                Some(id) => self.store.get_job(id).await?.map(|job| job.installation_id),
+                None => None,
+            },
+        })
+    }
+
+    /// Why nothing may be sent through installation `installation_id`, when it was deleted or
+    /// suspended: GitHub refuses its tokens, and nothing more may be posted through it.
+    async fn installation_gone(&self, installation_id: u64) -> anyhow::Result<Option<String>> {
+        Ok(
+            (self.store.installation_active(installation_id).await? == Some(false)).then(|| {
+                format!("installation {installation_id} was deleted or suspended: nothing is posted through it")
+            }),
+        )
     }
 
     /// Whether commit `head_sha` of `repo` has a grade that a new check run named

@@ -564,8 +564,68 @@ impl Processor {
                 installation_id,
                 repos,
             } => Box::pin(self.resync(installation_id, &repos)).await?,
+            Decision::Withdraw {
+                installation_id,
+                repos,
+            } => self.withdraw(installation_id, &repos).await?,
             Decision::Nothing { why } => tracing::debug!(%why, "nothing to do"),
         }
+        Ok(())
+    }
+
+    /// The App lost installation `installation_id` (`repos` empty) or these repositories of
+    /// it: their queued and running grades are cancelled, and nothing waiting in the outbox
+    /// for them is sent (GitHub refuses the installation's tokens there). Their check runs
+    /// stay as GitHub has them: the App can no longer change them.
+    async fn withdraw(&self, installation_id: u64, repos: &[String]) -> Result<(), Failure> {
+        let transient = |e: crate::service::store::StoreError| Failure::Transient(e.into());
+        let cancelled = self
+            .store
+            .cancel_jobs_for_installation(installation_id, repos)
+            .await
+            .map_err(transient)?;
+        let ours =
+            |repo: &str| repos.is_empty() || repos.iter().any(|r| r.eq_ignore_ascii_case(repo));
+        let mut withdrawn = 0;
+        for row in self.store.pending_outbox().await.map_err(transient)? {
+            let Ok(message) = serde_json::from_value::<Message>(row.payload.clone()) else {
+                continue;
+            };
+            let target = match message.target() {
+                Some(target) => Some(target),
+                None => match message.job_id() {
+                    Some(id) => self
+                        .store
+                        .get_job(id)
+                        .await
+                        .map_err(transient)?
+                        .map(|job| (job.installation_id, job.repo)),
+                    None => None,
+                },
+            };
+            if let Some((installation, repo)) = target
+                && installation == installation_id
+                && ours(&repo)
+            {
+                self.store
+                    .dead_outbox(row.id, "the App's access to the repository was removed")
+                    .await
+                    .map_err(transient)?;
+                withdrawn += 1;
+            }
+        }
+        if repos.is_empty() {
+            // GitHub revoked its tokens; a cached one must not be offered again.
+            self.github.forget_token(installation_id).await;
+        }
+        tracing::info!(
+            installation_id,
+            ?repos,
+            cancelled = cancelled.len(),
+            withdrawn,
+            "access removed: grades cancelled, nothing more is posted"
+        );
+        self.wake_remote.notify_waiters();
         Ok(())
     }
 }

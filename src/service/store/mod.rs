@@ -385,6 +385,8 @@ operations! {
         /// Gives up on a pending row (permanent error, or too many attempts).
         fn dead_outbox(id: OutboxId, error: &str) -> bool;
         fn pending_outbox_count() -> u64;
+        /// Every pending row, due or not, by id.
+        fn pending_outbox() -> Vec<OutboxRow>;
 
         // refused deliveries and installations (see queries/refused.rs)
 
@@ -400,6 +402,8 @@ operations! {
         /// Installations to resync on start: the active ones, and those of known pull requests
         /// that are not known to be inactive.
         fn known_installations() -> Vec<u64>;
+        /// Whether the store knows the installation as active (`None`: never heard of it).
+        fn installation_active(installation_id: u64) -> Option<bool>;
         /// The numbers of the pull requests of `repo` the store has as open.
         fn open_pull_numbers(repo: &str) -> Vec<u64>;
 
