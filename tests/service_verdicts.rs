@@ -7,15 +7,17 @@
 //! reads the newest run of a name on the commit: a neutral run posted for one pull request
 //! can hide another's `failure`. A grade whose pull request moved on (another head, another
 //! task) must never be posted; neither may anything be posted once the App lost access; and
-//! what is posted says nothing about the grader's internals.
+//! what is posted says nothing about the grader's internals. And GitHub's rate limits are
+//! waited out as GitHub asks, without holding other pull requests back.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
+use infradev::service::github::RetryPolicy;
 use infradev::service::store::JobState;
 use serde_json::json;
-use support::fake_github::FakePull;
+use support::fake_github::{Failure, FakePull};
 use support::payloads::{self, Author, OWNER, REPO};
 use support::story::*;
 
@@ -32,6 +34,7 @@ stories!(
     a_force_push_back_supersedes_the_newer_heads_grade,
     removing_the_app_stops_its_grades_and_posts_nothing,
     an_unfetchable_head_is_reported_in_fixed_words,
+    rate_limits_are_waited_out_without_holding_others_back,
 );
 
 /// How long an abandoned grade's sandboxes may outlive the moment its check run says it was
@@ -458,5 +461,98 @@ async fn an_unfetchable_head_is_reported_in_fixed_words(backend: Backend) {
             );
         }
     }
+    w.assert_clean();
+}
+
+async fn rate_limits_are_waited_out_without_holding_others_back(backend: Backend) {
+    let Some(mut w) = World::new(backend).await else {
+        return;
+    };
+    // GitHub's waits as asked (seconds, not a hundredth of them).
+    w.retry = RetryPolicy {
+        min: Duration::from_millis(50),
+        max: Duration::from_secs(60),
+        scale: 1.0,
+    };
+    w.start().await;
+    // Human pull requests: each gets a neutral "Waiting" check, and nothing is graded.
+    let (first, second, third) = (
+        w.heads.base.clone(),
+        w.heads.broken.clone(),
+        w.heads.reference.clone(),
+    );
+    w.seed_human_pull(61, &first, &[]);
+    w.seed_human_pull(62, &second, &[]);
+    w.seed_human_pull(63, &third, &[]);
+    // Reading #61 hits a secondary rate limit: GitHub asks for 3 s.
+    w.fake.fail_next(
+        "GET /repos/*/*/pulls/61",
+        1,
+        Failure::RateLimited { retry_after_s: 3 },
+    );
+    for (number, head) in [(61, &first), (62, &second)] {
+        assert_eq!(
+            w.send(
+                "pull_request",
+                w.pull_event("opened.json", number, head, Author::Human("alice"))
+            )
+            .await,
+            202
+        );
+    }
+    let waiting = |number: u64, head: &str| {
+        let external = format!("waiting:{number}");
+        w.runs_for(head)
+            .into_iter()
+            .find(|r| r.external_id.as_deref() == Some(external.as_str()))
+    };
+    w.wait("#62's check", || waiting(62, &second)).await;
+    w.wait("#61's check", || waiting(61, &first)).await;
+    let reads = |number: u64| -> Vec<Instant> {
+        w.fake
+            .requests_to("pulls/get")
+            .into_iter()
+            .filter(|r| r.path.ends_with(&format!("/pulls/{number}")))
+            .map(|r| r.received_at)
+            .collect()
+    };
+    let (r61, r62) = (reads(61), reads(62));
+    assert_eq!(r61.len(), 2, "refused once, then read");
+    let waited = r61[1] - r61[0];
+    assert!(
+        waited >= Duration::from_secs(3),
+        "#61 was read again after {waited:?}; GitHub asked for 3 s"
+    );
+    assert!(r62[0] < r61[1], "#62 was not held back behind #61's wait");
+
+    // The outbox's write of #63's check is rate-limited: GitHub asks for 2 s.
+    w.fake.fail_next(
+        "POST /repos/*/*/check-runs",
+        1,
+        Failure::RateLimited { retry_after_s: 2 },
+    );
+    w.send(
+        "pull_request",
+        w.pull_event("opened.json", 63, &third, Author::Human("alice")),
+    )
+    .await;
+    w.wait("#63's check", || waiting(63, &third)).await;
+    let creates: Vec<Instant> = w
+        .fake
+        .requests_to("checks/create")
+        .into_iter()
+        .filter(|r| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["head_sha"] == third.as_str())
+        })
+        .map(|r| r.received_at)
+        .collect();
+    assert_eq!(creates.len(), 2, "refused once, then created");
+    let waited = creates[1] - creates[0];
+    assert!(
+        waited >= Duration::from_secs(2),
+        "the check was created again after {waited:?}; GitHub asked for 2 s"
+    );
     w.assert_clean();
 }

@@ -54,6 +54,9 @@ pub struct World {
     pub listen: String,
     /// TOML appended to the service's configuration (`[backends]` …).
     pub extra_config: String,
+    /// How the service waits before retrying GitHub: GitHub's waits shrunk a hundredfold
+    /// unless a story needs them as asked.
+    pub retry: RetryPolicy,
 }
 
 pub fn rev(repo: &std::path::Path, name: &str) -> String {
@@ -146,6 +149,11 @@ impl World {
             root: super::root(),
             listen: "127.0.0.1:0".into(),
             extra_config: String::new(),
+            retry: RetryPolicy {
+                min: Duration::from_millis(20),
+                max: Duration::from_millis(500),
+                scale: 0.01,
+            },
         })
     }
 
@@ -204,11 +212,7 @@ max_backoff_s = 1
             webhook_secrets: vec![SecretString::from(SECRET.to_owned())],
         };
         let tuning = Tuning {
-            retry: RetryPolicy {
-                min: Duration::from_millis(20),
-                max: Duration::from_millis(500),
-                scale: 0.01,
-            },
+            retry: self.retry,
             poll: Duration::from_millis(200),
             follow: Duration::from_millis(300),
         };

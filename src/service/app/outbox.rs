@@ -18,6 +18,7 @@ use crate::service::config::OutboxConfig;
 use crate::service::github::{
     Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunSummary,
     CheckRunUpdate, Conclusion, GitHubApp, GitHubError, RepoClient, Retry, RetryPolicy, Status,
+    jitter,
 };
 use crate::service::store::{Job, JobId, JobState, NewOutbox, OutboxRow, Store};
 
@@ -147,6 +148,9 @@ pub struct Outbox {
     pub retry: RetryPolicy,
     /// `[web] public_url`: each job's check run links to `<public_url>/grades/<job id>`.
     pub public_url: Option<String>,
+    /// Installations GitHub rate-limited, and until when: their rows wait as GitHub asked
+    /// (`retry-after`, `x-ratelimit-reset`), the other installations' rows go on.
+    pub paused: std::sync::Mutex<std::collections::BTreeMap<u64, std::time::Instant>>,
 }
 
 /// How one delivery attempt ended.
@@ -157,6 +161,8 @@ enum Attempt {
     Withdrawn(String),
     /// Not yet possible (an earlier step of the same job is missing): try again soon.
     NotYet(String),
+    /// Not tried: GitHub asked this installation's calls to wait.
+    Paused,
     Failed(anyhow::Error, Retry),
 }
 
@@ -175,6 +181,11 @@ impl Outbox {
                 Attempt::Done => {
                     self.store.complete_outbox(row.id).await?;
                     done += 1;
+                }
+                Attempt::Paused => {
+                    if let Some(job) = row.job_id {
+                        blocked.push(job);
+                    }
                 }
                 Attempt::Withdrawn(why) => {
                     tracing::info!(row = %row.id, kind = %row.kind, %why, "GitHub write withdrawn");
@@ -196,11 +207,12 @@ impl Outbox {
     async fn reschedule(&self, row: &OutboxRow, attempt: Attempt) -> anyhow::Result<()> {
         let attempts = row.attempts + 1;
         let (error, wait) = match attempt {
-            Attempt::Done | Attempt::Withdrawn(_) => return Ok(()),
+            Attempt::Done | Attempt::Withdrawn(_) | Attempt::Paused => return Ok(()),
             Attempt::NotYet(why) => (why, Some(self.backoff(0))),
-            Attempt::Failed(e, Retry::After(d)) => {
-                (format!("{e:#}"), Some(d.max(self.backoff(attempts))))
-            }
+            Attempt::Failed(e, Retry::After(d)) => (
+                format!("{e:#}"),
+                Some(jitter(d.max(self.backoff(attempts)))),
+            ),
             Attempt::Failed(e, Retry::Never) => (format!("{e:#}"), None),
         };
         match wait {
@@ -234,24 +246,41 @@ impl Outbox {
                 );
             }
         };
-        match self.installation_of(&message).await {
-            Ok(Some(installation)) => match self.installation_gone(installation).await {
+        let installation = match self.installation_of(&message).await {
+            Ok(installation) => installation,
+            Err(e) => return Attempt::Failed(e, Retry::After(self.backoff(row.attempts))),
+        };
+        if let Some(installation) = installation {
+            match self.installation_gone(installation).await {
                 Ok(Some(why)) => return Attempt::Withdrawn(why),
                 Ok(None) => {}
                 Err(e) => return Attempt::Failed(e, Retry::After(self.backoff(row.attempts))),
-            },
-            Ok(None) => {}
-            Err(e) => return Attempt::Failed(e, Retry::After(self.backoff(row.attempts))),
+            }
+            let paused = self.paused.lock().unwrap_or_else(|e| e.into_inner());
+            if paused
+                .get(&installation)
+                .is_some_and(|until| *until > std::time::Instant::now())
+            {
+                return Attempt::Paused;
+            }
         }
         match self.deliver(&message).await {
             Ok(Some(why)) => Attempt::NotYet(why),
             Ok(None) => Attempt::Done,
             Err(e) => {
-                let retry = e
-                    .downcast_ref::<GitHubError>()
-                    .map_or(Retry::After(self.backoff(row.attempts)), |g| {
-                        g.retry_with(&self.retry)
-                    });
+                let github = e.downcast_ref::<GitHubError>();
+                let retry = github.map_or(Retry::After(self.backoff(row.attempts)), |g| {
+                    g.retry_with(&self.retry)
+                });
+                // A rate limit holds every call of the installation, not only this one.
+                if let (Some(installation), Some(403 | 429), Retry::After(wait)) =
+                    (installation, github.and_then(GitHubError::status), retry)
+                {
+                    self.paused
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(installation, std::time::Instant::now() + wait);
+                }
                 Attempt::Failed(e, retry)
             }
         }

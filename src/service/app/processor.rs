@@ -19,7 +19,7 @@ use super::decide::{
 };
 use super::matching::AgentPolicy;
 use super::outbox::Message;
-use crate::service::github::{GitHubApp, GitHubError, PullSummary, Retry};
+use crate::service::github::{GitHubApp, GitHubError, PullSummary, Retry, RetryPolicy, jitter};
 use crate::service::store::{Delivery, JobId, Pull, PullUpsert, Store};
 use crate::service::webhook::{Event, PullRequest, Repo, parse};
 
@@ -41,6 +41,19 @@ pub struct Processor {
     pub wake_remote: Arc<Notify>,
     /// Set once the resync of open PRs on start succeeded.
     pub resynced: std::sync::atomic::AtomicBool,
+    /// How long to wait before trying a delivery again, as GitHub asks (`retry-after`,
+    /// `x-ratelimit-reset`); scaled and bounded in tests.
+    pub retry: RetryPolicy,
+    /// Deliveries that failed for a transient reason: not tried again before their time.
+    pub waiting: std::sync::Mutex<BTreeMap<String, Waiting>>,
+}
+
+/// A delivery that failed for a transient reason, and when it may be tried again.
+#[derive(Debug, Clone, Copy)]
+pub struct Waiting {
+    pub until: std::time::Instant,
+    /// Transient failures so far (the backoff of failures GitHub named no wait for).
+    pub failures: u32,
 }
 
 /// Why a delivery could not be handled.
@@ -52,10 +65,24 @@ pub(super) enum Failure {
 }
 
 impl Processor {
-    /// Handles every unprocessed delivery in arrival order; returns how many were handled.
+    /// Handles the unprocessed deliveries in arrival order; returns how many were handled.
+    ///
+    /// A delivery that fails for a transient reason is tried again once the wait GitHub asked
+    /// for has passed (`retry-after`, `x-ratelimit-reset`, with jitter), or after a growing
+    /// backoff; meanwhile the deliveries about other pull requests go on, and those about the
+    /// same pull request (or installation) wait behind it, so their order is kept.
     pub async fn process_pending(&self) -> anyhow::Result<usize> {
         let mut handled = 0;
+        let mut blocked: std::collections::BTreeSet<String> = Default::default();
         for delivery in self.store.unprocessed_deliveries(BATCH).await? {
+            let key = order_key(&delivery);
+            if blocked.contains(&key) {
+                continue;
+            }
+            if self.wait_for(&delivery.delivery_id).is_some() {
+                blocked.insert(key);
+                continue;
+            }
             let span = tracing::info_span!("delivery", id = %delivery.delivery_id, event = %delivery.event, action = ?delivery.action);
             let _guard = span.enter();
             match self.handle(&delivery).await {
@@ -63,6 +90,7 @@ impl Processor {
                     self.store
                         .mark_delivery_processed(&delivery.delivery_id, None)
                         .await?;
+                    self.forget_wait(&delivery.delivery_id);
                     handled += 1;
                 }
                 Err(Failure::Permanent(e)) => {
@@ -70,15 +98,57 @@ impl Processor {
                     self.store
                         .mark_delivery_processed(&delivery.delivery_id, Some(&format!("{e:#}")))
                         .await?;
+                    self.forget_wait(&delivery.delivery_id);
                     handled += 1;
                 }
                 Err(Failure::Transient(e)) => {
-                    tracing::warn!(error = %format!("{e:#}"), "delivery will be retried");
-                    break; // Keep arrival order: later deliveries wait for this one.
+                    let wait = self.note_failure(&delivery.delivery_id, &e);
+                    tracing::warn!(error = %format!("{e:#}"), wait_ms = wait.as_millis() as u64, "delivery will be retried");
+                    blocked.insert(key);
                 }
             }
         }
         Ok(handled)
+    }
+
+    /// How long `delivery` must still wait, if it must.
+    fn wait_for(&self, delivery: &str) -> Option<std::time::Duration> {
+        let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let until = waiting.get(delivery)?.until;
+        until.checked_duration_since(std::time::Instant::now())
+    }
+
+    fn forget_wait(&self, delivery: &str) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(delivery);
+    }
+
+    /// Records a transient failure of `delivery`; returns how long it now waits: what GitHub
+    /// asked for, or a backoff doubling from the policy's minimum; plus jitter either way.
+    fn note_failure(&self, delivery: &str, error: &anyhow::Error) -> std::time::Duration {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let failures = waiting.get(delivery).map_or(0, |w| w.failures) + 1;
+        let asked = error
+            .chain()
+            .find_map(|e| e.downcast_ref::<GitHubError>())
+            .and_then(|g| match g.retry_with(&self.retry) {
+                Retry::After(wait) => Some(wait),
+                Retry::Never => None,
+            });
+        let backoff = self
+            .retry
+            .bound(self.retry.min.saturating_mul(1u32 << failures.min(10)));
+        let wait = jitter(asked.unwrap_or(backoff).max(self.retry.min));
+        waiting.insert(
+            delivery.to_owned(),
+            Waiting {
+                until: std::time::Instant::now() + wait,
+                failures,
+            },
+        );
+        wait
     }
 
     async fn handle(&self, delivery: &Delivery) -> Result<(), Failure> {
@@ -658,6 +728,26 @@ pub(super) fn state_of(pull: &Pull) -> PullState {
         draft: pull.draft,
         open: pull.open,
         head_sha: pull.head_sha.clone(),
+    }
+}
+
+/// What orders a delivery among the others: deliveries with the same key are handled in
+/// arrival order (one waiting holds the later ones back); others pass it. The key is the pull
+/// request (or issue) a delivery is about, else its installation, else the delivery itself.
+fn order_key(delivery: &Delivery) -> String {
+    let Ok(event) = parse(&delivery.event, &delivery.payload) else {
+        return format!("delivery:{}", delivery.delivery_id);
+    };
+    let number = match &event {
+        Event::PullRequest { pr, .. } => Some(pr.number),
+        Event::IssueComment { issue_number, .. } => Some(*issue_number),
+        _ => None,
+    };
+    match (event.repo(), number, event.installation_id()) {
+        (Some(repo), Some(n), _) => format!("pull:{}#{n}", repo.full_name()),
+        (Some(repo), None, _) => format!("repo:{}", repo.full_name()),
+        (None, _, Some(installation)) => format!("installation:{installation}"),
+        _ => format!("delivery:{}", delivery.delivery_id),
     }
 }
 

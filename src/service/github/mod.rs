@@ -13,7 +13,9 @@ mod types;
 pub use actions::MAX_DISPATCH_INPUTS;
 pub use app::{GitHubApp, TOKEN_REFRESH_MARGIN};
 pub use client::RepoClient;
-pub use error::{GitHubError, Retry, RetryPolicy, SECONDARY_RATE_LIMIT_WAIT, SERVER_ERROR_WAIT};
+pub use error::{
+    GitHubError, Retry, RetryPolicy, SECONDARY_RATE_LIMIT_WAIT, SERVER_ERROR_WAIT, jitter,
+};
 pub use transport::API_VERSION;
 pub use types::{
     Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunSummary,
