@@ -97,8 +97,9 @@ impl Executor {
     }
 
     /// For Docker, a guard that removes the sandboxes of run `run_id` at once if the grade is
-    /// abandoned (dropped) before it disarms the guard; the local executor's process groups
-    /// end with their handles.
+    /// abandoned (dropped) before it disarms the guard. The local executor has none: its
+    /// direct children are killed when dropped (`kill_on_drop`), but not the rest of their
+    /// process groups.
     pub fn run_reaper(&self, run_id: &str) -> Option<docker::RunReaper> {
         match self {
             Executor::Docker(d) => Some(d.run_reaper(run_id)),
