@@ -136,6 +136,7 @@ on_both_backends!(
     unprocessed_deliveries_in_received_order,
     pulls_and_heads,
     enqueue_cancels_older_heads_and_is_idempotent,
+    superseded_and_withdrawn_jobs_are_cancelled,
     concurrent_enqueues_of_one_pull_leave_one_active_job,
     concurrent_claimers_never_get_the_same_job,
     expired_lease_is_reclaimed_and_the_old_owner_is_refused,
@@ -497,6 +498,95 @@ async fn pulls_and_heads(db: TestDb) {
 // ---------------------------------------------------------------------------------------------
 // jobs
 
+async fn superseded_and_withdrawn_jobs_are_cancelled(db: TestDb) {
+    let store = db.open().await;
+    let a = store
+        .enqueue_job(REPO, 7, "sha-1", "t", 77)
+        .await
+        .unwrap()
+        .job;
+    let other_pull = store
+        .enqueue_job(REPO, 8, "sha-1", "t", 77)
+        .await
+        .unwrap()
+        .job;
+    // The pull request is still (sha-1, t): nothing is superseded.
+    let none = store
+        .supersede_jobs(REPO, 7, "sha-1", Some("t"))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    // It names another task now: the job of the old one is superseded; another pull
+    // request's job on the same commit is not.
+    let by_task = store
+        .supersede_jobs(REPO, 7, "sha-1", Some("t2"))
+        .await
+        .unwrap();
+    assert_eq!(by_task.iter().map(|j| j.id).collect::<Vec<_>>(), [a.id]);
+    let b = store
+        .enqueue_job(REPO, 7, "sha-1", "t2", 77)
+        .await
+        .unwrap()
+        .job;
+    // It names no task: every active job of it is.
+    let by_none = store.supersede_jobs(REPO, 7, "sha-1", None).await.unwrap();
+    assert_eq!(by_none.iter().map(|j| j.id).collect::<Vec<_>>(), [b.id]);
+    let c = store
+        .enqueue_job(REPO, 7, "sha-2", "t", 77)
+        .await
+        .unwrap()
+        .job;
+    // Back to the old head: the new head's job is.
+    let by_head = store
+        .supersede_jobs(REPO, 7, "sha-1", Some("t"))
+        .await
+        .unwrap();
+    assert_eq!(by_head.iter().map(|j| j.id).collect::<Vec<_>>(), [c.id]);
+    assert_eq!(
+        store
+            .jobs_for_head(REPO, "sha-1")
+            .await
+            .unwrap()
+            .iter()
+            .map(|j| j.id)
+            .collect::<Vec<_>>(),
+        [a.id, other_pull.id, b.id]
+    );
+
+    // The App loses a repository, then the installation: their active jobs are cancelled,
+    // another installation's are not.
+    let elsewhere = store
+        .enqueue_job("other/repo", 1, "sha-9", "t", 77)
+        .await
+        .unwrap()
+        .job;
+    let foreign = store
+        .enqueue_job("third/repo", 1, "sha-9", "t", 88)
+        .await
+        .unwrap()
+        .job;
+    let removed = store
+        .cancel_jobs_for_installation(77, &[REPO.to_uppercase()])
+        .await
+        .unwrap();
+    assert_eq!(
+        removed.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [other_pull.id]
+    );
+    let deleted = store.cancel_jobs_for_installation(77, &[]).await.unwrap();
+    assert_eq!(
+        deleted.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [elsewhere.id]
+    );
+    assert_eq!(
+        store.get_job(foreign.id).await.unwrap().unwrap().state,
+        JobState::Queued
+    );
+    assert_eq!(store.installation_active(77).await.unwrap(), None);
+    store.set_installation(77, false).await.unwrap();
+    assert_eq!(store.installation_active(77).await.unwrap(), Some(false));
+}
+
 async fn enqueue_cancels_older_heads_and_is_idempotent(db: TestDb) {
     let store = db.open().await;
     let first = store.enqueue_job(REPO, 7, "sha-1", "t", 77).await.unwrap();
@@ -546,9 +636,17 @@ async fn enqueue_cancels_older_heads_and_is_idempotent(db: TestDb) {
         (b.id, JobState::Running, false)
     );
 
-    // Another task on the same head is a job of its own and cancels nothing.
+    // Another task on the same head (the pull request names it now) supersedes the old
+    // task's job; its worker's finish is then refused.
     let c = store.enqueue_job(REPO, 7, "sha-2", "t2", 77).await.unwrap();
-    assert!(c.created && c.cancelled.is_empty());
+    assert!(c.created);
+    assert_eq!(c.cancelled.iter().map(|j| j.id).collect::<Vec<_>>(), [b.id]);
+    assert!(
+        !store
+            .finish_job(b.id, "w1", "resolved", "{}")
+            .await
+            .unwrap()
+    );
     let active: Vec<JobId> = store
         .active_jobs_for_pull(REPO, 7)
         .await
@@ -556,23 +654,24 @@ async fn enqueue_cancels_older_heads_and_is_idempotent(db: TestDb) {
         .iter()
         .map(|j| j.id)
         .collect();
-    assert_eq!(active, [b.id, c.job.id]);
+    assert_eq!(active, [c.job.id]);
 
     // A finished job does not block a regrade of the same head.
+    let claimed = store.claim_job("w1", LEASE).await.unwrap().unwrap();
+    assert_eq!(claimed.id, c.job.id);
     assert!(
         store
-            .finish_job(b.id, "w1", "resolved", "{}")
+            .finish_job(c.job.id, "w1", "resolved", "{}")
             .await
             .unwrap()
     );
-    let regrade = store.enqueue_job(REPO, 7, "sha-2", "t", 77).await.unwrap();
+    let regrade = store.enqueue_job(REPO, 7, "sha-2", "t2", 77).await.unwrap();
     assert!(regrade.created && regrade.job.id > c.job.id);
 
-    // A running job of an old head is cancelled too (its worker's finish is then refused).
+    // A job of an old head is cancelled too.
     let d = store.enqueue_job(REPO, 7, "sha-3", "t", 77).await.unwrap();
-    let mut cancelled: Vec<JobId> = d.cancelled.iter().map(|j| j.id).collect();
-    cancelled.sort();
-    assert_eq!(cancelled, [c.job.id, regrade.job.id]);
+    let cancelled: Vec<JobId> = d.cancelled.iter().map(|j| j.id).collect();
+    assert_eq!(cancelled, [regrade.job.id]);
 
     assert_eq!(
         store.get_job(other.id).await.unwrap().unwrap().state,

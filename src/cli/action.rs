@@ -568,9 +568,10 @@ async fn post(
         ),
         Found::NotATask { check: Some(c), .. } => (Conclusion::Neutral, c.clone(), None),
         Found::NotATask { check: None, .. } => return Ok(()),
-        Found::Failed { code, error } if *code == exit::INFRA => (
+        // The error itself is in the workflow's log; the check says only what kind of fault.
+        Found::Failed { code, .. } if *code == exit::INFRA => (
             Conclusion::Neutral,
-            render::infra_output(&format!("{error:#}")),
+            render::infra_output(render::GradeFault::Infra),
             None,
         ),
         // A usage or task error is the workflow's, not the PR's: nothing to say on the PR.

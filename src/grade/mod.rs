@@ -182,6 +182,8 @@ pub async fn grade_submission(
             images = e.images();
         }
         let run_id: &str = run.insert(new_run_id());
+        // A grade dropped half way (cancelled, superseded) removes its sandboxes at once.
+        let reaper = executor.as_ref().ok().and_then(|e| e.run_reaper(run_id));
         for phase in [Phase::Tests, Phase::Probes] {
             let expected = expected_tests(task, phase);
             if expected.is_empty() {
@@ -215,6 +217,9 @@ pub async fn grade_submission(
             });
             phases.extend(reports);
             tests.append(&mut phase_tests);
+        }
+        if let Some(reaper) = reaper {
+            reaper.disarm();
         }
     } else {
         // The change does not apply: nothing runs, and every expected test is reported not run.

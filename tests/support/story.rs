@@ -54,6 +54,9 @@ pub struct World {
     pub listen: String,
     /// TOML appended to the service's configuration (`[backends]` …).
     pub extra_config: String,
+    /// How the service waits before retrying GitHub: GitHub's waits shrunk a hundredfold
+    /// unless a story needs them as asked.
+    pub retry: RetryPolicy,
 }
 
 pub fn rev(repo: &std::path::Path, name: &str) -> String {
@@ -146,6 +149,11 @@ impl World {
             root: super::root(),
             listen: "127.0.0.1:0".into(),
             extra_config: String::new(),
+            retry: RetryPolicy {
+                min: Duration::from_millis(20),
+                max: Duration::from_millis(500),
+                scale: 0.01,
+            },
         })
     }
 
@@ -204,11 +212,7 @@ max_backoff_s = 1
             webhook_secrets: vec![SecretString::from(SECRET.to_owned())],
         };
         let tuning = Tuning {
-            retry: RetryPolicy {
-                min: Duration::from_millis(20),
-                max: Duration::from_millis(500),
-                scale: 0.01,
-            },
+            retry: self.retry,
             poll: Duration::from_millis(200),
             follow: Duration::from_millis(300),
         };
@@ -552,5 +556,62 @@ impl World {
         pull.labels = labels.iter().map(|l| (*l).to_owned()).collect();
         self.fake.add_pull(REPO_FULL, pull.clone());
         pull
+    }
+}
+
+impl World {
+    /// Serves tasks/, probes/ and runners/ from a root of the story's own (links to the
+    /// real ones), so that the sandboxes of its grades can be told from other stories'
+    /// by the paths they mount ([`World::sandboxes`]).
+    pub fn use_private_root(&mut self) {
+        let root = self.dir.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        for dir in ["tasks", "probes", "runners"] {
+            std::os::unix::fs::symlink(super::root().join(dir), root.join(dir)).unwrap();
+        }
+        self.root = root;
+    }
+
+    /// The Docker containers (any state) of this story's grades: those that mount something
+    /// under its private root ([`World::use_private_root`]).
+    pub fn sandboxes(&self) -> Vec<String> {
+        let ids = Command::new("docker")
+            .args(["ps", "-aq", "--filter", "label=org.infradev.managed"])
+            .output()
+            .unwrap();
+        let root = self.root.display().to_string();
+        String::from_utf8_lossy(&ids.stdout)
+            .split_whitespace()
+            .filter(|id| {
+                let mounts = Command::new("docker")
+                    .args([
+                        "inspect",
+                        "--format",
+                        "{{range .HostConfig.Mounts}}{{.Source}}\n{{end}}",
+                        id,
+                    ])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&mounts.stdout)
+                    .lines()
+                    .any(|source| source.starts_with(&root))
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Waits until the outbox has nothing pending: every GitHub write decided so far was
+    /// made (or given up on).
+    pub async fn outbox_idle(&self) {
+        let store = self.store().await;
+        let started = Instant::now();
+        while store.pending_outbox_count().await.unwrap() > 0 {
+            assert!(
+                started.elapsed() < GRADE_TIMEOUT,
+                "the outbox never emptied"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        store.close().await;
     }
 }

@@ -96,6 +96,17 @@ impl Executor {
         }
     }
 
+    /// For Docker, a guard that removes the sandboxes of run `run_id` at once if the grade is
+    /// abandoned (dropped) before it disarms the guard. The local executor has none: its
+    /// direct children are killed when dropped (`kill_on_drop`), but not the rest of their
+    /// process groups.
+    pub fn run_reaper(&self, run_id: &str) -> Option<docker::RunReaper> {
+        match self {
+            Executor::Docker(d) => Some(d.run_reaper(run_id)),
+            Executor::Local(_) => None,
+        }
+    }
+
     /// The guarantees this executor cannot give, in plain words (empty for Docker).
     pub fn limitations(&self) -> Vec<String> {
         match self {

@@ -16,10 +16,11 @@ use crate::grade::report::github as render;
 use crate::grading::Verdict;
 use crate::service::config::OutboxConfig;
 use crate::service::github::{
-    Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunUpdate,
-    Conclusion, GitHubApp, GitHubError, RepoClient, Retry, RetryPolicy, Status,
+    Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunSummary,
+    CheckRunUpdate, Conclusion, GitHubApp, GitHubError, RepoClient, Retry, RetryPolicy, Status,
+    jitter,
 };
-use crate::service::store::{Job, JobId, NewOutbox, OutboxRow, Store};
+use crate::service::store::{Job, JobId, JobState, NewOutbox, OutboxRow, Store};
 
 /// One GitHub write to make. Stored as the row's kind and JSON payload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +46,12 @@ pub enum Message {
     CheckCancelled {
         job_id: i64,
         superseded_by: Option<String>,
+    },
+    /// The job's pull request no longer names its task (it names `task`, or none): its grade
+    /// is superseded, and its check run is completed `cancelled` saying so.
+    CheckTaskChanged {
+        job_id: i64,
+        task: Option<String>,
     },
     /// An agent PR that names no task: one neutral check saying how to name one.
     CheckNoTask {
@@ -85,7 +92,35 @@ impl Message {
             | Message::CheckInProgress { job_id }
             | Message::CheckCompleted { job_id }
             | Message::StickyComment { job_id }
-            | Message::CheckCancelled { job_id, .. } => Some(JobId(*job_id)),
+            | Message::CheckCancelled { job_id, .. }
+            | Message::CheckTaskChanged { job_id, .. } => Some(JobId(*job_id)),
+            _ => None,
+        }
+    }
+
+    /// The installation and repository a message not tied to a job is sent through.
+    pub fn target(&self) -> Option<(u64, String)> {
+        match self {
+            Message::CheckNoTask {
+                installation_id,
+                repo,
+                ..
+            }
+            | Message::CheckWaiting {
+                installation_id,
+                repo,
+                ..
+            }
+            | Message::React {
+                installation_id,
+                repo,
+                ..
+            }
+            | Message::Reply {
+                installation_id,
+                repo,
+                ..
+            } => Some((*installation_id, repo.clone())),
             _ => None,
         }
     }
@@ -113,13 +148,21 @@ pub struct Outbox {
     pub retry: RetryPolicy,
     /// `[web] public_url`: each job's check run links to `<public_url>/grades/<job id>`.
     pub public_url: Option<String>,
+    /// Installations GitHub rate-limited, and until when: their rows wait as GitHub asked
+    /// (`retry-after`, `x-ratelimit-reset`), the other installations' rows go on.
+    pub paused: std::sync::Mutex<std::collections::BTreeMap<u64, std::time::Instant>>,
 }
 
 /// How one delivery attempt ended.
 enum Attempt {
     Done,
+    /// Never to be sent: the installation it would be sent through is gone (deleted or
+    /// suspended), so GitHub would refuse its token.
+    Withdrawn(String),
     /// Not yet possible (an earlier step of the same job is missing): try again soon.
     NotYet(String),
+    /// Not tried: GitHub asked this installation's calls to wait.
+    Paused,
     Failed(anyhow::Error, Retry),
 }
 
@@ -139,6 +182,15 @@ impl Outbox {
                     self.store.complete_outbox(row.id).await?;
                     done += 1;
                 }
+                Attempt::Paused => {
+                    if let Some(job) = row.job_id {
+                        blocked.push(job);
+                    }
+                }
+                Attempt::Withdrawn(why) => {
+                    tracing::info!(row = %row.id, kind = %row.kind, %why, "GitHub write withdrawn");
+                    self.store.dead_outbox(row.id, &why).await?;
+                }
                 other => {
                     if let Some(job) = row.job_id {
                         blocked.push(job);
@@ -155,11 +207,12 @@ impl Outbox {
     async fn reschedule(&self, row: &OutboxRow, attempt: Attempt) -> anyhow::Result<()> {
         let attempts = row.attempts + 1;
         let (error, wait) = match attempt {
-            Attempt::Done => return Ok(()),
+            Attempt::Done | Attempt::Withdrawn(_) | Attempt::Paused => return Ok(()),
             Attempt::NotYet(why) => (why, Some(self.backoff(0))),
-            Attempt::Failed(e, Retry::After(d)) => {
-                (format!("{e:#}"), Some(d.max(self.backoff(attempts))))
-            }
+            Attempt::Failed(e, Retry::After(d)) => (
+                format!("{e:#}"),
+                Some(jitter(d.max(self.backoff(attempts)))),
+            ),
             Attempt::Failed(e, Retry::Never) => (format!("{e:#}"), None),
         };
         match wait {
@@ -193,18 +246,122 @@ impl Outbox {
                 );
             }
         };
+        let installation = match self.installation_of(&message).await {
+            Ok(installation) => installation,
+            Err(e) => return Attempt::Failed(e, Retry::After(self.backoff(row.attempts))),
+        };
+        if let Some(installation) = installation {
+            match self.installation_gone(installation).await {
+                Ok(Some(why)) => return Attempt::Withdrawn(why),
+                Ok(None) => {}
+                Err(e) => return Attempt::Failed(e, Retry::After(self.backoff(row.attempts))),
+            }
+            let paused = self.paused.lock().unwrap_or_else(|e| e.into_inner());
+            if paused
+                .get(&installation)
+                .is_some_and(|until| *until > std::time::Instant::now())
+            {
+                return Attempt::Paused;
+            }
+        }
         match self.deliver(&message).await {
             Ok(Some(why)) => Attempt::NotYet(why),
             Ok(None) => Attempt::Done,
             Err(e) => {
-                let retry = e
-                    .downcast_ref::<GitHubError>()
-                    .map_or(Retry::After(self.backoff(row.attempts)), |g| {
-                        g.retry_with(&self.retry)
-                    });
+                let github = e.downcast_ref::<GitHubError>();
+                let retry = github.map_or(Retry::After(self.backoff(row.attempts)), |g| {
+                    g.retry_with(&self.retry)
+                });
+                // A rate limit holds every call of the installation, not only this one.
+                if let (Some(installation), Some(403 | 429), Retry::After(wait)) =
+                    (installation, github.and_then(GitHubError::status), retry)
+                {
+                    self.paused
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(installation, std::time::Instant::now() + wait);
+                }
                 Attempt::Failed(e, retry)
             }
         }
+    }
+
+    /// The installation a message is sent through (`None` when its job is gone).
+    async fn installation_of(&self, message: &Message) -> anyhow::Result<Option<u64>> {
+        Ok(match message.target() {
+            Some((installation_id, _)) => Some(installation_id),
+            None => match message.job_id() {
+                Some(id) => self.store.get_job(id).await?.map(|job| job.installation_id),
+                None => None,
+            },
+        })
+    }
+
+    /// Why nothing may be sent through installation `installation_id`, when it was deleted or
+    /// suspended: GitHub refuses its tokens, and nothing more may be posted through it.
+    async fn installation_gone(&self, installation_id: u64) -> anyhow::Result<Option<String>> {
+        Ok(
+            (self.store.installation_active(installation_id).await? == Some(false)).then(|| {
+                format!("installation {installation_id} was deleted or suspended: nothing is posted through it")
+            }),
+        )
+    }
+
+    /// Whether commit `head_sha` of `repo` has a grade that a new check run named
+    /// [`render::CHECK_NAME`] would hide: a job of any pull request that grades it and was not
+    /// cancelled (in the store), or such a job's check run on GitHub. GitHub's branch
+    /// protection reads the newest check run of a name on a commit, whichever pull request
+    /// it was posted for; a neutral one posted after a `failure` would read as passing.
+    async fn commit_has_grade(
+        &self,
+        repo: &str,
+        head_sha: &str,
+        runs: &[CheckRunSummary],
+    ) -> anyhow::Result<bool> {
+        let jobs = self.store.jobs_for_head(repo, head_sha).await?;
+        if jobs.iter().any(|j| j.state != JobState::Cancelled) {
+            return Ok(true);
+        }
+        Ok(runs.iter().any(|r| {
+            r.external_id
+                .as_deref()
+                .is_some_and(|e| e.parse::<i64>().is_ok_and(|id| id > 0))
+                && r.conclusion.as_deref() != Some("cancelled")
+        }))
+    }
+
+    /// Posts a completed neutral check run on `head_sha` (`external_id` says which kind and
+    /// PR) unless one with that `external_id` exists, or the commit has a grade it would hide.
+    async fn post_neutral(
+        &self,
+        repo: &str,
+        installation_id: u64,
+        head_sha: &str,
+        external_id: String,
+        output: render::CheckOutput,
+    ) -> anyhow::Result<Option<String>> {
+        let client = self.client(repo, installation_id).await?;
+        let runs = client
+            .check_runs_named(head_sha, render::CHECK_NAME)
+            .await?;
+        if runs
+            .iter()
+            .any(|r| r.external_id.as_deref() == Some(external_id.as_str()))
+        {
+            return Ok(None);
+        }
+        if self.commit_has_grade(repo, head_sha, &runs).await? {
+            tracing::info!(%repo, %head_sha, %external_id, "not posted: the commit has a grade it would hide");
+            return Ok(None);
+        }
+        let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
+        run.external_id = Some(external_id);
+        run.status = Status::Completed;
+        run.conclusion = Some(Conclusion::Neutral);
+        run.completed_at = Some(Utc::now());
+        run.output = Some(convert(output));
+        client.create_check_run(&run).await?;
+        Ok(None)
     }
 
     /// `Ok(Some(why))` when the message cannot be delivered yet.
@@ -274,6 +431,15 @@ impl Outbox {
             }
             Message::StickyComment { job_id } => {
                 let job = self.job(*job_id).await?;
+                // The comment describes the pull request as it is: a grade of a head or task
+                // it has moved away from (finished just before the move) is not written.
+                if let Some(pull) = self.store.get_pull(&job.repo, job.number).await?
+                    && (pull.head_sha != job.head_sha
+                        || pull.task_id.as_deref() != Some(job.task_id.as_str()))
+                {
+                    tracing::info!(job = %job.id, "sticky comment not written: the pull request moved on");
+                    return Ok(None);
+                }
                 let (_, _, report) = completed_output(&job)?;
                 let body =
                     render::sticky_comment(&job.head_sha, report.as_ref(), &status_line(&job), &[]);
@@ -305,6 +471,26 @@ impl Outbox {
                     .await?;
                 Ok(None)
             }
+            Message::CheckTaskChanged { job_id, task } => {
+                let job = self.job(*job_id).await?;
+                let Some(check) = job.check_run_id else {
+                    return Ok(None);
+                }; // Never shown: nothing to cancel.
+                let update = CheckRunUpdate {
+                    conclusion: Some(Conclusion::Cancelled),
+                    completed_at: Some(Utc::now()),
+                    output: Some(convert(render::task_changed_output(
+                        &job.task_id,
+                        task.as_deref(),
+                    ))),
+                    ..Default::default()
+                };
+                self.client(&job.repo, job.installation_id)
+                    .await?
+                    .update_check_run(check, &update)
+                    .await?;
+                Ok(None)
+            }
             Message::CheckNoTask {
                 repo,
                 installation_id,
@@ -312,24 +498,15 @@ impl Outbox {
                 head_sha,
                 known_tasks,
             } => {
-                let client = self.client(repo, *installation_id).await?;
-                let external_id = format!("no-task:{number}");
-                if client
-                    .find_check_run_by_external_id(head_sha, render::CHECK_NAME, &external_id)
-                    .await?
-                    .is_some()
-                {
-                    return Ok(None);
-                }
                 let known: Vec<&str> = known_tasks.iter().map(String::as_str).collect();
-                let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
-                run.external_id = Some(external_id);
-                run.status = Status::Completed;
-                run.conclusion = Some(Conclusion::Neutral);
-                run.completed_at = Some(Utc::now());
-                run.output = Some(convert(render::no_task_output(*number, &known)));
-                client.create_check_run(&run).await?;
-                Ok(None)
+                self.post_neutral(
+                    repo,
+                    *installation_id,
+                    head_sha,
+                    format!("no-task:{number}"),
+                    render::no_task_output(*number, &known),
+                )
+                .await
             }
             Message::Reply {
                 repo,
@@ -349,23 +526,14 @@ impl Outbox {
                 number,
                 head_sha,
             } => {
-                let client = self.client(repo, *installation_id).await?;
-                let external_id = format!("waiting:{number}");
-                if client
-                    .find_check_run_by_external_id(head_sha, render::CHECK_NAME, &external_id)
-                    .await?
-                    .is_some()
-                {
-                    return Ok(None);
-                }
-                let mut run = CheckRunCreate::queued(render::CHECK_NAME, head_sha);
-                run.external_id = Some(external_id);
-                run.status = Status::Completed;
-                run.conclusion = Some(Conclusion::Neutral);
-                run.completed_at = Some(Utc::now());
-                run.output = Some(convert(render::waiting_output(*number)));
-                client.create_check_run(&run).await?;
-                Ok(None)
+                self.post_neutral(
+                    repo,
+                    *installation_id,
+                    head_sha,
+                    format!("waiting:{number}"),
+                    render::waiting_output(*number),
+                )
+                .await
             }
             Message::React {
                 repo,
@@ -467,13 +635,12 @@ fn completed_output(job: &Job) -> anyhow::Result<(Conclusion, CheckOutput, Optio
             Some(report),
         ));
     }
-    let why = job
-        .error
-        .clone()
-        .unwrap_or_else(|| "the grade did not produce a report".into());
+    // The error (git's output, the grader's paths) is for operators: the check says which
+    // kind of fault it was, in fixed words.
+    let fault = render::GradeFault::of_error(job.error.as_deref().unwrap_or_default());
     Ok((
         Conclusion::Neutral,
-        convert(render::with_commands(render::infra_output(&why))),
+        convert(render::with_commands(render::infra_output(fault))),
         None,
     ))
 }

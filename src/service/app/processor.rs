@@ -19,7 +19,7 @@ use super::decide::{
 };
 use super::matching::AgentPolicy;
 use super::outbox::Message;
-use crate::service::github::{GitHubApp, GitHubError, PullSummary, Retry};
+use crate::service::github::{GitHubApp, GitHubError, PullSummary, Retry, RetryPolicy, jitter};
 use crate::service::store::{Delivery, JobId, Pull, PullUpsert, Store};
 use crate::service::webhook::{Event, PullRequest, Repo, parse};
 
@@ -41,6 +41,19 @@ pub struct Processor {
     pub wake_remote: Arc<Notify>,
     /// Set once the resync of open PRs on start succeeded.
     pub resynced: std::sync::atomic::AtomicBool,
+    /// How long to wait before trying a delivery again, as GitHub asks (`retry-after`,
+    /// `x-ratelimit-reset`); scaled and bounded in tests.
+    pub retry: RetryPolicy,
+    /// Deliveries that failed for a transient reason: not tried again before their time.
+    pub waiting: std::sync::Mutex<BTreeMap<String, Waiting>>,
+}
+
+/// A delivery that failed for a transient reason, and when it may be tried again.
+#[derive(Debug, Clone, Copy)]
+pub struct Waiting {
+    pub until: std::time::Instant,
+    /// Transient failures so far (the backoff of failures GitHub named no wait for).
+    pub failures: u32,
 }
 
 /// Why a delivery could not be handled.
@@ -52,10 +65,24 @@ pub(super) enum Failure {
 }
 
 impl Processor {
-    /// Handles every unprocessed delivery in arrival order; returns how many were handled.
+    /// Handles the unprocessed deliveries in arrival order; returns how many were handled.
+    ///
+    /// A delivery that fails for a transient reason is tried again once the wait GitHub asked
+    /// for has passed (`retry-after`, `x-ratelimit-reset`, with jitter), or after a growing
+    /// backoff; meanwhile the deliveries about other pull requests go on, and those about the
+    /// same pull request (or installation) wait behind it, so their order is kept.
     pub async fn process_pending(&self) -> anyhow::Result<usize> {
         let mut handled = 0;
+        let mut blocked: std::collections::BTreeSet<String> = Default::default();
         for delivery in self.store.unprocessed_deliveries(BATCH).await? {
+            let key = order_key(&delivery);
+            if blocked.contains(&key) {
+                continue;
+            }
+            if self.wait_for(&delivery.delivery_id).is_some() {
+                blocked.insert(key);
+                continue;
+            }
             let span = tracing::info_span!("delivery", id = %delivery.delivery_id, event = %delivery.event, action = delivery.action.as_deref().unwrap_or("-"));
             let _guard = span.enter();
             match self.handle(&delivery).await {
@@ -63,6 +90,7 @@ impl Processor {
                     self.store
                         .mark_delivery_processed(&delivery.delivery_id, None)
                         .await?;
+                    self.forget_wait(&delivery.delivery_id);
                     handled += 1;
                 }
                 Err(Failure::Permanent(e)) => {
@@ -70,15 +98,57 @@ impl Processor {
                     self.store
                         .mark_delivery_processed(&delivery.delivery_id, Some(&format!("{e:#}")))
                         .await?;
+                    self.forget_wait(&delivery.delivery_id);
                     handled += 1;
                 }
                 Err(Failure::Transient(e)) => {
-                    tracing::warn!(error = %format!("{e:#}"), "delivery will be retried");
-                    break; // Keep arrival order: later deliveries wait for this one.
+                    let wait = self.note_failure(&delivery.delivery_id, &e);
+                    tracing::warn!(error = %format!("{e:#}"), wait_ms = wait.as_millis() as u64, "delivery will be retried");
+                    blocked.insert(key);
                 }
             }
         }
         Ok(handled)
+    }
+
+    /// How long `delivery` must still wait, if it must.
+    fn wait_for(&self, delivery: &str) -> Option<std::time::Duration> {
+        let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let until = waiting.get(delivery)?.until;
+        until.checked_duration_since(std::time::Instant::now())
+    }
+
+    fn forget_wait(&self, delivery: &str) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(delivery);
+    }
+
+    /// Records a transient failure of `delivery`; returns how long it now waits: what GitHub
+    /// asked for, or a backoff doubling from the policy's minimum; plus jitter either way.
+    fn note_failure(&self, delivery: &str, error: &anyhow::Error) -> std::time::Duration {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let failures = waiting.get(delivery).map_or(0, |w| w.failures) + 1;
+        let asked = error
+            .chain()
+            .find_map(|e| e.downcast_ref::<GitHubError>())
+            .and_then(|g| match g.retry_with(&self.retry) {
+                Retry::After(wait) => Some(wait),
+                Retry::Never => None,
+            });
+        let backoff = self
+            .retry
+            .bound(self.retry.min.saturating_mul(1u32 << failures.min(10)));
+        let wait = jitter(asked.unwrap_or(backoff).max(self.retry.min));
+        waiting.insert(
+            delivery.to_owned(),
+            Waiting {
+                until: std::time::Instant::now() + wait,
+                failures,
+            },
+        );
+        wait
     }
 
     async fn handle(&self, delivery: &Delivery) -> Result<(), Failure> {
@@ -148,7 +218,12 @@ impl Processor {
         Ok(from_api(pull))
     }
 
-    /// Records `pr`'s state in the PR index (and its head in the head index).
+    /// Records `pr`'s state in the PR index (and its head in the head index), and, in the
+    /// same transaction, supersedes what the pull request no longer is: its queued and
+    /// running grades of another head, or of a task it no longer names, are cancelled (their
+    /// check runs completed `cancelled` with the reason), so no such grade is ever posted.
+    /// When the pull request comes back to a (head, task) that was graded (a force-push back,
+    /// a task named again), its sticky comment is written from that grade again.
     pub(super) async fn store_pull(
         &self,
         repo: &Repo,
@@ -156,6 +231,7 @@ impl Processor {
         pr: &PullRequest,
         state: &PullState,
     ) -> Result<(), Failure> {
+        let transient = |e: crate::service::store::StoreError| Failure::Transient(e.into());
         let upsert = PullUpsert {
             repo: repo.full_name(),
             number: pr.number,
@@ -168,14 +244,56 @@ impl Processor {
             draft: pr.draft,
             open: pr.state_open,
         };
-        self.store
-            .upsert_pull(&upsert)
+        let mut tx = self.store.begin().await.map_err(transient)?;
+        let before = tx
+            .get_pull(&upsert.repo, pr.number)
             .await
-            .map_err(|e| Failure::Transient(e.into()))?;
-        self.store
-            .index_head(&upsert.repo, &pr.head_sha, pr.number)
+            .map_err(transient)?;
+        tx.upsert_pull(&upsert).await.map_err(transient)?;
+        tx.index_head(&upsert.repo, &pr.head_sha, pr.number)
             .await
-            .map_err(|e| Failure::Transient(e.into()))?;
+            .map_err(transient)?;
+        // A closed pull request's grades were cancelled as withdrawn (`CancelActive`).
+        let superseded = if pr.state_open {
+            tx.supersede_jobs(&upsert.repo, pr.number, &pr.head_sha, state.task.as_deref())
+                .await
+                .map_err(transient)?
+        } else {
+            Vec::new()
+        };
+        for job in &superseded {
+            tracing::info!(job = %job.id, head = %job.head_sha, task = %job.task_id, "superseded: the pull request is no longer this head and task");
+            tx.push_outbox(&superseded_message(job, &pr.head_sha, state.task.as_deref()).to_row())
+                .await
+                .map_err(transient)?;
+        }
+        let moved = before
+            .as_ref()
+            .is_some_and(|b| b.head_sha != pr.head_sha || b.task_id != state.task);
+        if let (true, Some(task)) = (moved && pr.state_open, &state.task) {
+            let graded = tx
+                .jobs_for_pull(&upsert.repo, pr.number)
+                .await
+                .map_err(transient)?
+                .into_iter()
+                .filter(|j| {
+                    j.head_sha == pr.head_sha
+                        && &j.task_id == task
+                        && j.state == crate::service::store::JobState::Finished
+                })
+                .max_by_key(|j| j.id);
+            if let Some(job) = graded {
+                tx.push_outbox(&Message::StickyComment { job_id: job.id.0 }.to_row())
+                    .await
+                    .map_err(transient)?;
+            }
+        }
+        tx.commit().await.map_err(transient)?;
+        self.wake_outbox.notify_one();
+        if !superseded.is_empty() {
+            // Runs of superseded grades are cancelled in their engines.
+            self.wake_remote.notify_waiters();
+        }
         Ok(())
     }
 
@@ -362,10 +480,7 @@ impl Processor {
                     .map_err(transient)?;
                 }
                 for old in &enqueued.cancelled {
-                    let message = Message::CheckCancelled {
-                        job_id: old.id.0,
-                        superseded_by: Some(head_sha.clone()),
-                    };
+                    let message = superseded_message(old, &head_sha, Some(task.as_str()));
                     tx.push_outbox(&message.to_row()).await.map_err(transient)?;
                 }
                 tx.commit().await.map_err(transient)?;
@@ -519,9 +634,89 @@ impl Processor {
                 installation_id,
                 repos,
             } => Box::pin(self.resync(installation_id, &repos)).await?,
+            Decision::Withdraw {
+                installation_id,
+                repos,
+            } => self.withdraw(installation_id, &repos).await?,
             Decision::Nothing { why } => tracing::debug!(%why, "nothing to do"),
         }
         Ok(())
+    }
+
+    /// The App lost installation `installation_id` (`repos` empty) or these repositories of
+    /// it: their queued and running grades are cancelled, and nothing waiting in the outbox
+    /// for them is sent (GitHub refuses the installation's tokens there). Their check runs
+    /// stay as GitHub has them: the App can no longer change them.
+    async fn withdraw(&self, installation_id: u64, repos: &[String]) -> Result<(), Failure> {
+        let transient = |e: crate::service::store::StoreError| Failure::Transient(e.into());
+        let cancelled = self
+            .store
+            .cancel_jobs_for_installation(installation_id, repos)
+            .await
+            .map_err(transient)?;
+        let ours =
+            |repo: &str| repos.is_empty() || repos.iter().any(|r| r.eq_ignore_ascii_case(repo));
+        let mut withdrawn = 0;
+        for row in self.store.pending_outbox().await.map_err(transient)? {
+            let Ok(message) = serde_json::from_value::<Message>(row.payload.clone()) else {
+                continue;
+            };
+            let target = match message.target() {
+                Some(target) => Some(target),
+                None => match message.job_id() {
+                    Some(id) => self
+                        .store
+                        .get_job(id)
+                        .await
+                        .map_err(transient)?
+                        .map(|job| (job.installation_id, job.repo)),
+                    None => None,
+                },
+            };
+            if let Some((installation, repo)) = target
+                && installation == installation_id
+                && ours(&repo)
+            {
+                self.store
+                    .dead_outbox(row.id, "the App's access to the repository was removed")
+                    .await
+                    .map_err(transient)?;
+                withdrawn += 1;
+            }
+        }
+        if repos.is_empty() {
+            // GitHub revoked its tokens; a cached one must not be offered again.
+            self.github.forget_token(installation_id).await;
+        }
+        tracing::info!(
+            installation_id,
+            ?repos,
+            cancelled = cancelled.len(),
+            withdrawn,
+            "access removed: grades cancelled, nothing more is posted"
+        );
+        self.wake_remote.notify_waiters();
+        Ok(())
+    }
+}
+
+/// How a grade superseded by the pull request's (head, task) now is reported: by the newer
+/// head, or by the task it names now (`task`, or none).
+fn superseded_message(
+    job: &crate::service::store::Job,
+    head_sha: &str,
+    task: Option<&str>,
+) -> Message {
+    if job.head_sha != head_sha {
+        Message::CheckCancelled {
+            job_id: job.id.0,
+            superseded_by: Some(head_sha.to_owned()),
+        }
+    } else {
+        Message::CheckTaskChanged {
+            job_id: job.id.0,
+            task: task.map(str::to_owned),
+        }
     }
 }
 
@@ -533,6 +728,26 @@ pub(super) fn state_of(pull: &Pull) -> PullState {
         draft: pull.draft,
         open: pull.open,
         head_sha: pull.head_sha.clone(),
+    }
+}
+
+/// What orders a delivery among the others: deliveries with the same key are handled in
+/// arrival order (one waiting holds the later ones back); others pass it. The key is the pull
+/// request (or issue) a delivery is about, else its installation, else the delivery itself.
+fn order_key(delivery: &Delivery) -> String {
+    let Ok(event) = parse(&delivery.event, &delivery.payload) else {
+        return format!("delivery:{}", delivery.delivery_id);
+    };
+    let number = match &event {
+        Event::PullRequest { pr, .. } => Some(pr.number),
+        Event::IssueComment { issue_number, .. } => Some(*issue_number),
+        _ => None,
+    };
+    match (event.repo(), number, event.installation_id()) {
+        (Some(repo), Some(n), _) => format!("pull:{}#{n}", repo.full_name()),
+        (Some(repo), None, _) => format!("repo:{}", repo.full_name()),
+        (None, _, Some(installation)) => format!("installation:{installation}"),
+        _ => format!("delivery:{}", delivery.delivery_id),
     }
 }
 

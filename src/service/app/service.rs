@@ -166,6 +166,8 @@ impl Service {
             task_backends: task_backends.clone(),
             wake_remote: wake_remote.clone(),
             resynced: std::sync::atomic::AtomicBool::new(false),
+            retry: tuning.retry,
+            waiting: Default::default(),
         });
         spawn_loop(
             &mut tasks,
@@ -189,6 +191,7 @@ impl Service {
             config: config.outbox.clone(),
             retry: tuning.retry,
             public_url,
+            paused: Default::default(),
         });
         let outbox_loop = outbox.clone();
         spawn_loop(

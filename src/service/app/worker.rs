@@ -14,6 +14,7 @@ use super::drain::Drain;
 use super::mirror::Mirrors;
 use super::outbox::Message;
 use crate::grade::report::Report;
+use crate::grade::report::github::GradeFault;
 use crate::grade::{ExecutorChoice, GradeError, GradeRequest, grade_submission};
 use crate::service::github::GitHubApp;
 use crate::service::store::{Job, Store};
@@ -32,9 +33,18 @@ fn infra_fault(graded: &Result<Report, String>) -> Option<String> {
             Some(report.grade.reason.clone())
         }
         Ok(_) => None,
-        Err(e) if e.starts_with("task error") => None,
+        Err(e) if GradeFault::of_error(e) == GradeFault::Task => None,
         Err(e) => Some(e.clone()),
     }
+}
+
+/// What a job's grade is no longer, for the pull request.
+#[derive(Debug)]
+enum Superseded {
+    /// The PR's head is now this commit.
+    Head(String),
+    /// The PR names this task now, or none.
+    Task(Option<String>),
 }
 
 pub struct Worker {
@@ -69,24 +79,21 @@ impl Worker {
         };
         let span = tracing::info_span!("job", id = %job.id, repo = %job.repo, pr = job.number, head = %job.head_sha);
         let _guard = span.enter();
-        if let Some(head) = self.superseded_by(&job).await {
-            // A push we never heard of (or heard of late): the PR's head is not this one.
-            let mut tx = self.store.begin().await?;
-            if tx.cancel_job(job.id).await?.is_some() {
-                let cancelled = Message::CheckCancelled {
-                    job_id: job.id.0,
-                    superseded_by: Some(head.clone()),
-                };
-                tx.push_outbox(&cancelled.to_row()).await?;
-            }
-            tx.commit().await?;
-            self.wake_outbox.notify_one();
-            tracing::info!(%head, "superseded: the pull request's head moved on");
+        if let Some(superseded) = self.superseded(&job).await? {
+            // A push we never heard of (or heard of late), or a task the PR no longer names.
+            self.cancel_superseded(&job, superseded).await?;
             return Ok(true);
         }
-        self.store
-            .push_outbox(&Message::CheckInProgress { job_id: job.id.0 }.to_row())
+        // Only while the job is still ours and wanted: a job cancelled meanwhile (superseded,
+        // the App's access removed) says nothing more.
+        let mut tx = self.store.begin().await?;
+        if !tx.renew_lease(job.id, &self.owner, self.lease).await? {
+            tracing::info!("cancelled before the grade started");
+            return Ok(true);
+        }
+        tx.push_outbox(&Message::CheckInProgress { job_id: job.id.0 }.to_row())
             .await?;
+        tx.commit().await?;
         self.wake_outbox.notify_one();
 
         let graded = {
@@ -110,6 +117,7 @@ impl Worker {
                     }
                     _ = renew.tick() => {
                         if !self.store.renew_lease(job.id, &self.owner, self.lease).await.unwrap_or(false) {
+                            // Returning drops the grade: its sandboxes are removed at once.
                             tracing::info!("lease lost or job cancelled: abandoning the grade");
                             return Ok(true);
                         }
@@ -117,6 +125,12 @@ impl Worker {
                 }
             }
         };
+        // The grade is posted only while it is still the pull request's: a push that happened
+        // while it ran (and that the processor has not heard of yet) supersedes it.
+        if let Ok(Some(head)) = self.head_moved(&job).await {
+            self.cancel_superseded(&job, Superseded::Head(head)).await?;
+            return Ok(true);
+        }
         if let Some(fault) = infra_fault(&graded)
             && job.attempts < INFRA_ATTEMPTS
             && self
@@ -155,27 +169,65 @@ impl Worker {
         Ok(true)
     }
 
-    /// The PR's head, when it is no longer the job's (read from the API; `None` when it cannot
-    /// be read: the fetch then reports why).
-    async fn superseded_by(&self, job: &Job) -> Option<String> {
-        let (owner, name) = job.repo.split_once('/')?;
-        let client = self
-            .github
-            .client(job.installation_id, owner, name)
+    /// What supersedes the job, if anything: the PR's head as the API has it now, or the task
+    /// the PR names in the store (which follows every `pull_request` event).
+    async fn superseded(&self, job: &Job) -> anyhow::Result<Option<Superseded>> {
+        if let Some(pull) = self.store.get_pull(&job.repo, job.number).await?
+            && pull.head_sha == job.head_sha
+            && pull.task_id.as_deref() != Some(job.task_id.as_str())
+        {
+            return Ok(Some(Superseded::Task(pull.task_id)));
+        }
+        Ok(self
+            .head_moved(job)
             .await
-            .ok()?;
-        let pull = client.pull_request(job.number).await.ok()?;
-        (pull.head_sha != job.head_sha).then_some(pull.head_sha)
+            .ok()
+            .flatten()
+            .map(Superseded::Head))
+    }
+
+    /// The PR's head, when it is no longer the job's (read from the API; an error when it
+    /// cannot be read: the fetch then reports why).
+    async fn head_moved(&self, job: &Job) -> anyhow::Result<Option<String>> {
+        let (owner, name) = job
+            .repo
+            .split_once('/')
+            .context("repository is not owner/name")?;
+        let client = self.github.client(job.installation_id, owner, name).await?;
+        let pull = client.pull_request(job.number).await?;
+        Ok((pull.head_sha != job.head_sha).then_some(pull.head_sha))
+    }
+
+    /// Cancels a superseded job and completes its check run `cancelled`, saying why.
+    async fn cancel_superseded(&self, job: &Job, superseded: Superseded) -> anyhow::Result<()> {
+        let mut tx = self.store.begin().await?;
+        if tx.cancel_job(job.id).await?.is_some() {
+            let message = match &superseded {
+                Superseded::Head(head) => Message::CheckCancelled {
+                    job_id: job.id.0,
+                    superseded_by: Some(head.clone()),
+                },
+                Superseded::Task(task) => Message::CheckTaskChanged {
+                    job_id: job.id.0,
+                    task: task.clone(),
+                },
+            };
+            tx.push_outbox(&message.to_row()).await?;
+        }
+        tx.commit().await?;
+        self.wake_outbox.notify_one();
+        tracing::info!(?superseded, "superseded: the pull request moved on");
+        Ok(())
     }
 
     /// The report, or why the grade could not run (reported as a neutral infra check).
     async fn grade(&self, job: &Job) -> Result<Report, String> {
         let task = Registry::resolve(&self.root, &job.task_id, None)
-            .map_err(|e| format!("task error: {e}"))?;
+            .map_err(|e| format!("{}: {e}", GradeFault::Task.prefix()))?;
         let mirror = self
             .fetch(job, &task.base_commit, &task.reference_commit)
             .await
-            .map_err(|e| format!("cannot fetch the pull request: {e:#}"))?;
+            .map_err(|e| format!("{}: {e:#}", GradeFault::FetchHead.prefix()))?;
         let request = GradeRequest {
             task,
             repo: mirror,
@@ -188,8 +240,10 @@ impl Worker {
         };
         match grade_submission(&request, &|_| {}).await {
             Ok(report) => Ok(report),
-            Err(GradeError::Task(e) | GradeError::Usage(e)) => Err(format!("task error: {e:#}")),
-            Err(GradeError::Infra(e)) => Err(format!("infrastructure error: {e:#}")),
+            Err(GradeError::Task(e) | GradeError::Usage(e)) => {
+                Err(format!("{}: {e:#}", GradeFault::Task.prefix()))
+            }
+            Err(GradeError::Infra(e)) => Err(format!("{}: {e:#}", GradeFault::Infra.prefix())),
         }
     }
 

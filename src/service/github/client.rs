@@ -15,8 +15,8 @@ use super::body::{
 use super::error::GitHubError;
 use super::transport::{Reply, Transport, api_error, decode, enc, next_link_param};
 use super::types::{
-    Annotation, CheckOutput, CheckRunCreate, CheckRunUpdate, MAX_ANNOTATIONS_PER_REQUEST,
-    PullSummary,
+    Annotation, CheckOutput, CheckRunCreate, CheckRunSummary, CheckRunUpdate,
+    MAX_ANNOTATIONS_PER_REQUEST, PullSummary,
 };
 
 /// Items per page when listing.
@@ -72,6 +72,8 @@ struct CheckRunItem {
     name: String,
     external_id: Option<String>,
     app: Option<AppRef>,
+    status: String,
+    conclusion: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -315,17 +317,32 @@ impl RepoClient {
         Ok(())
     }
 
-    /// The newest check run of this App on `head_sha` named `name` with `external_id`, if any
-    /// (`GET /repos/{o}/{r}/commits/{ref}/check-runs?check_name=…&filter=all&app_id=…`).
+    /// The newest check run of this App named `name` on `head_sha` with `external_id`.
     pub async fn find_check_run_by_external_id(
         &self,
         head_sha: &str,
         name: &str,
         external_id: &str,
     ) -> Result<Option<u64>, GitHubError> {
+        Ok(self
+            .check_runs_named(head_sha, name)
+            .await?
+            .into_iter()
+            .filter(|run| run.external_id.as_deref() == Some(external_id))
+            .map(|run| run.id)
+            .max())
+    }
+
+    /// Every check run of this App named `name` on commit `head_sha` (all of them, not only
+    /// the newest), oldest first.
+    pub async fn check_runs_named(
+        &self,
+        head_sha: &str,
+        name: &str,
+    ) -> Result<Vec<CheckRunSummary>, GitHubError> {
         let app_id = self.app_id();
         let app_filter = app_id.map(|id| format!("&app_id={id}")).unwrap_or_default();
-        let mut found: Option<u64> = None;
+        let mut found = Vec::new();
         let mut seen = 0u64;
         for page in 1..=MAX_PAGES {
             let path = self.path(&format!(
@@ -342,14 +359,21 @@ impl RepoClient {
                     (Some(app_id), Some(a)) => a.id == app_id,
                     _ => true,
                 };
-                if ours && run.name == name && run.external_id.as_deref() == Some(external_id) {
-                    found = Some(found.map_or(run.id, |f| f.max(run.id)));
+                if ours && run.name == name {
+                    found.push(CheckRunSummary {
+                        id: run.id,
+                        external_id: run.external_id,
+                        status: run.status,
+                        conclusion: run.conclusion,
+                    });
                 }
             }
             if count == 0 || seen >= list.total_count || !has_next(&reply, count) {
                 break;
             }
         }
+        found.sort_by_key(|r| r.id);
+        found.dedup_by_key(|r| r.id);
         Ok(found)
     }
 

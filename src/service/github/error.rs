@@ -42,6 +42,13 @@ impl RetryPolicy {
     }
 }
 
+/// `wait` plus up to a tenth more, at random: callers that were told to wait the same time
+/// do not all come back at the same instant. Never less than `wait`.
+pub fn jitter(wait: Duration) -> Duration {
+    let fraction = (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 10_000.0;
+    wait + wait.mul_f64(fraction)
+}
+
 /// The wait after a 5xx or an unreachable GitHub, before scaling and clamping.
 pub const SERVER_ERROR_WAIT: Duration = Duration::from_secs(5);
 /// The wait after a secondary rate limit that names no wait (GitHub: "at least one minute").
@@ -173,6 +180,18 @@ mod tests {
             ratelimit_remaining: None,
             ratelimit_reset_in: None,
         }
+    }
+
+    #[test]
+    fn jitter_adds_at_most_a_tenth_and_never_less() {
+        let wait = Duration::from_secs(10);
+        let waits: Vec<Duration> = (0..200).map(|_| jitter(wait)).collect();
+        assert!(
+            waits
+                .iter()
+                .all(|w| *w >= wait && *w <= Duration::from_secs(11))
+        );
+        assert!(waits.iter().any(|w| *w != waits[0]), "not all the same");
     }
 
     #[test]

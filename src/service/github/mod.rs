@@ -13,11 +13,13 @@ mod types;
 pub use actions::MAX_DISPATCH_INPUTS;
 pub use app::{GitHubApp, TOKEN_REFRESH_MARGIN};
 pub use client::RepoClient;
-pub use error::{GitHubError, Retry, RetryPolicy, SECONDARY_RATE_LIMIT_WAIT, SERVER_ERROR_WAIT};
+pub use error::{
+    GitHubError, Retry, RetryPolicy, SECONDARY_RATE_LIMIT_WAIT, SERVER_ERROR_WAIT, jitter,
+};
 pub use transport::API_VERSION;
 pub use types::{
-    Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunUpdate,
-    Conclusion, FailedDelivery, MAX_ANNOTATION_MESSAGE_BYTES, MAX_ANNOTATION_TITLE_CHARS,
-    MAX_ANNOTATIONS_PER_REQUEST, MAX_COMMENT_CHARS, MAX_OUTPUT_CHARS, PullSummary, Status,
-    WorkflowRunSummary,
+    Annotation, AnnotationLevel, CheckAction, CheckOutput, CheckRunCreate, CheckRunSummary,
+    CheckRunUpdate, Conclusion, FailedDelivery, MAX_ANNOTATION_MESSAGE_BYTES,
+    MAX_ANNOTATION_TITLE_CHARS, MAX_ANNOTATIONS_PER_REQUEST, MAX_COMMENT_CHARS, MAX_OUTPUT_CHARS,
+    PullSummary, Status, WorkflowRunSummary,
 };

@@ -148,6 +148,17 @@ pub struct CheckRunUpdate {
     pub actions: Option<Vec<CheckAction>>,
 }
 
+/// A check run as listed for a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRunSummary {
+    pub id: u64,
+    pub external_id: Option<String>,
+    /// `queued`, `in_progress`, `completed`, …
+    pub status: String,
+    /// Once completed: `success`, `failure`, `neutral`, `cancelled`, …
+    pub conclusion: Option<String>,
+}
+
 /// What we read of a pull request (`GET /repos/{o}/{r}/pulls/{n}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullSummary {

@@ -334,6 +334,15 @@ operations! {
         fn cancel_job(id: JobId) -> Option<Job>;
         /// Cancels every active job of a pull request (it was closed); returns them by id.
         fn cancel_jobs_for_pull(repo: &str, number: u64) -> Vec<Job>;
+        /// Cancels the active jobs of a pull request whose head is not `head_sha` or whose
+        /// task is not `task_id` (every active one when `task_id` is `None`): what the pull
+        /// request no longer is. Returns them by id.
+        fn supersede_jobs(repo: &str, number: u64, head_sha: &str, task_id: Option<&str>) -> Vec<Job>;
+        /// Cancels the active jobs of an installation (`repos` empty), or of those of its
+        /// repositories (full names); returns them by id.
+        fn cancel_jobs_for_installation(installation_id: u64, repos: &[String]) -> Vec<Job>;
+        /// Every job, of any pull request of `repo`, that grades commit `head_sha`, by id.
+        fn jobs_for_head(repo: &str, head_sha: &str) -> Vec<Job>;
         fn set_check_run_id(id: JobId, check_run_id: u64) -> bool;
         fn get_job(id: JobId) -> Option<Job>;
         /// Queued and running jobs of a pull request, by id.
@@ -376,6 +385,8 @@ operations! {
         /// Gives up on a pending row (permanent error, or too many attempts).
         fn dead_outbox(id: OutboxId, error: &str) -> bool;
         fn pending_outbox_count() -> u64;
+        /// Every pending row, due or not, by id.
+        fn pending_outbox() -> Vec<OutboxRow>;
 
         // refused deliveries and installations (see queries/refused.rs)
 
@@ -391,6 +402,8 @@ operations! {
         /// Installations to resync on start: the active ones, and those of known pull requests
         /// that are not known to be inactive.
         fn known_installations() -> Vec<u64>;
+        /// Whether the store knows the installation as active (`None`: never heard of it).
+        fn installation_active(installation_id: u64) -> Option<bool>;
         /// The numbers of the pull requests of `repo` the store has as open.
         fn open_pull_numbers(repo: &str) -> Vec<u64>;
 
@@ -431,8 +444,8 @@ operations! {
     }
     atomic {
         /// Enqueues a grade of `head_sha` of pull `number` against `task_id`, in one
-        /// transaction: every queued or running job of the pull for another head SHA is
-        /// cancelled (returned in [`Enqueued::cancelled`]), and an active job for the same
+        /// transaction: every queued or running job of the pull for another head SHA or
+        /// another task is cancelled (returned in [`Enqueued::cancelled`]), and an active job for the same
         /// (pull, head, task) is returned instead of a new one (`created: false`). A finished
         /// or cancelled job does not block a new one (a regrade).
         fn enqueue_job(repo: &str, number: u64, head_sha: &str, task_id: &str, installation_id: u64) -> Enqueued;

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 
 use super::html::{Html, page};
 use crate::grade::report::Report;
-use crate::grade::report::github::{category_meaning, check_run_output};
+use crate::grade::report::github::{GradeFault, category_meaning, check_run_output};
 use crate::grading::{Category, Expectation, GradedTest, Kill, Verdict};
 
 /// One row of a pull request's grade history.
@@ -101,8 +101,11 @@ pub fn render_grade_page(p: &GradePage, operator: bool) -> String {
                 .text(&check_run_output(r).title);
         }
         None if p.state == "finished" => {
+            let fault = GradeFault::of_error(p.error.as_deref().unwrap_or_default());
             h.raw("<span class=\"verdict error\">error</span> ")
-                .raw("The grade could not run: our fault, not the pull request's.");
+                .raw("The grade could not run: our fault, not the pull request's (")
+                .text(fault.phrase())
+                .raw(").");
         }
         None => {
             h.raw("<span class=\"verdict pending\">")
@@ -278,9 +281,11 @@ fn phase_notes(r: &Report) -> Vec<String> {
     for phase in &r.phases {
         let e = &phase.evidence;
         let name = e.phase.as_str();
-        if let Some(error) = &e.infra_error {
+        // What the error says (Docker's, git's: paths, addresses) is in the operator's phase
+        // table, never on the public page.
+        if e.infra_error.is_some() {
             notes.push(format!(
-                "{name}: infrastructure error (ours, not the PR's): {error}"
+                "{name}: infrastructure error (ours, not the PR's); operators see the details"
             ));
         }
         if let Some(why) = &e.inconsistent {

@@ -139,6 +139,21 @@ impl FakeGitHub {
         }
     }
 
+    /// The App is uninstalled (`installation` `deleted`): GitHub revokes the installation's
+    /// tokens (401 "Bad credentials") and mints no new one (404).
+    pub fn delete_installation(&self, id: u64) {
+        self.world().installations.remove(&id);
+    }
+
+    /// Repositories taken out of an installation (`installation_repositories` `removed`): its
+    /// tokens no longer cover them (404; using one there is recorded as a violation).
+    pub fn remove_repos(&self, id: u64, repos: &[&str]) {
+        if let Some(inst) = self.world().installations.get_mut(&id) {
+            inst.repos
+                .retain(|r| !repos.iter().any(|x| x.eq_ignore_ascii_case(r)));
+        }
+    }
+
     /// A repository (no installation covers it unless added to one).
     pub fn add_repo(&self, full_name: &str) {
         self.world().repo_mut(full_name);
@@ -356,6 +371,16 @@ impl FakeGitHub {
             .get(&repo.to_ascii_lowercase())
             .map(|r| r.check_runs.clone())
             .unwrap_or_default()
+    }
+
+    /// The check run named `name` that GitHub shows for commit `sha`, and that a branch
+    /// protection rule requiring `name` reads: the newest one, whichever pull request (or
+    /// none) it was posted for.
+    pub fn latest_check_run(&self, repo: &str, sha: &str, name: &str) -> Option<FakeCheckRun> {
+        self.check_runs(repo)
+            .into_iter()
+            .filter(|r| r.head_sha == sha && r.name == name)
+            .max_by_key(|r| r.id)
     }
 
     /// Every comment of `repo`'s issue or pull request `issue`, with its reactions.

@@ -308,10 +308,11 @@ pub(super) fn phase_notes(report: &Report) -> Vec<String> {
             1 => e.phase.as_str().to_owned(),
             n => format!("{} (attempt {n})", e.phase.as_str()),
         };
-        if let Some(error) = &e.infra_error {
+        // The error's text (Docker's, git's: paths, addresses) is for operators only.
+        if e.infra_error.is_some() {
             notes.push(format!(
-                "- {name}: infrastructure error (ours, not the PR's): {}\n",
-                code(error, NOTE_CHARS)
+                "- {name}: infrastructure error (ours, not the PR's); operators see the \
+                 details on the grade page\n"
             ));
         }
         if let Some(why) = &e.inconsistent {

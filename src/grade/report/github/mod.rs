@@ -19,7 +19,6 @@ use serde::Serialize;
 
 use super::Report;
 use super::summary::failure_message;
-use crate::grade::redact::Redactor;
 use crate::grading::{Category, Expectation, GradedTest, Kill, Verdict};
 
 /// The check run's name.
@@ -158,22 +157,66 @@ pub fn check_run_output(report: &Report) -> CheckOutput {
     }
 }
 
+/// Why a grade could not run, as the public may read it: a fixed phrase per kind of fault.
+/// The error itself (git's output, paths of the grader's work directory, internal URLs) is
+/// kept for operators, on the grade page; it is never posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradeFault {
+    /// The pull request's head could not be fetched.
+    FetchHead,
+    /// The task could not be prepared for grading (ours: its commits, its validation).
+    Task,
+    /// Our side (Docker, git, the file system, a node) failed before a report existed.
+    Infra,
+    /// The grade ended without a report, for a reason not named here.
+    NoReport,
+}
+
+impl GradeFault {
+    /// The prefix of a stored job error of each kind: what [`GradeFault::of_error`] reads.
+    pub const fn prefix(self) -> &'static str {
+        match self {
+            GradeFault::FetchHead => "cannot fetch the pull request",
+            GradeFault::Task => "task error",
+            GradeFault::Infra => "infrastructure error",
+            GradeFault::NoReport => "",
+        }
+    }
+
+    /// The kind of a stored job error (whatever follows the prefix is never shown).
+    pub fn of_error(error: &str) -> GradeFault {
+        [GradeFault::FetchHead, GradeFault::Task, GradeFault::Infra]
+            .into_iter()
+            .find(|f| error.starts_with(f.prefix()))
+            .unwrap_or(GradeFault::NoReport)
+    }
+
+    /// The public phrase.
+    pub const fn phrase(self) -> &'static str {
+        match self {
+            GradeFault::FetchHead => "the pull request's head could not be fetched",
+            GradeFault::Task => "the task could not be prepared for grading",
+            GradeFault::Infra => "the grading infrastructure failed before a report was made",
+            GradeFault::NoReport => "the grade ended without a report",
+        }
+    }
+}
+
 /// A completed check (conclusion `neutral`) when grading failed for reasons of ours, after
-/// retries, before any report existed. `message` is our error (its first line is shown); it
-/// must not carry sandbox output. Canary tokens in it are masked all the same.
-pub fn infra_output(message: &str) -> CheckOutput {
-    let message = Redactor::default().redact(message);
+/// retries, before any report existed. Only a fixed phrase for `fault` is shown: whatever the
+/// error said stays with operators (the grade page).
+pub fn infra_output(fault: GradeFault) -> CheckOutput {
     let mut summary = String::new();
     let _ = writeln!(
         summary,
         "InfraDev could not grade this head because of a fault on our side. **This is not the \
          pull request's fault** and says nothing about the change."
     );
-    let _ = writeln!(summary, "\nWhat went wrong: {}", code(&message, NOTE_CHARS));
+    let _ = writeln!(summary, "\nWhat went wrong: {}.", fault.phrase());
     let _ = writeln!(
         summary,
         "\nNothing is needed from the pull request. **Re-grade** on this check grades the head \
-         again."
+         again. Operators see the details on the grade page."
     );
     plain(
         "Error: infrastructure fault, not the pull request's".to_owned(),
@@ -285,6 +328,36 @@ pub fn withdrawn_output() -> CheckOutput {
          asked `/infradev cancel`."
             .to_owned(),
     )
+}
+
+/// A cancelled check run's output (conclusion `cancelled`): the pull request no longer names
+/// the task this grade was of (`task`); it names `now` instead, or no task.
+pub fn task_changed_output(task: &str, now: Option<&str>) -> CheckOutput {
+    let (title, why) = match now {
+        Some(now) => (
+            format!(
+                "Cancelled: the pull request now names task {}",
+                clean(now, 100)
+            ),
+            format!(
+                "The pull request now names the task {} instead of {}, so this grade of {} \
+                 is no longer its grade. See the InfraDev check of {}.",
+                code(now, 100),
+                code(task, 100),
+                code(task, 100),
+                code(now, 100)
+            ),
+        ),
+        None => (
+            "Cancelled: the pull request no longer names a task".to_owned(),
+            format!(
+                "The pull request no longer names the task {}, so this grade of it is no \
+                 longer its grade.",
+                code(task, 100)
+            ),
+        ),
+    };
+    plain(title, why)
 }
 
 /// A cancelled check run's output (conclusion `cancelled`): a newer head replaced this one.

@@ -2,7 +2,7 @@ use super::*;
 
 #[test]
 fn completed_checks_name_the_button_and_the_commands() {
-    let output = with_commands(infra_output("docker is down"));
+    let output = with_commands(infra_output(GradeFault::Infra));
     for what in [
         "**Re-grade**",
         "/infradev regrade",
@@ -12,7 +12,7 @@ fn completed_checks_name_the_button_and_the_commands() {
     ] {
         assert!(output.summary.contains(what), "{what}: {}", output.summary);
     }
-    let mut full = infra_output("x");
+    let mut full = infra_output(GradeFault::NoReport);
     full.summary = "a".repeat(CHECK_TEXT_LIMIT - 10);
     assert_eq!(
         with_commands(full.clone()).summary,
@@ -20,6 +20,7 @@ fn completed_checks_name_the_button_and_the_commands() {
         "no room: unchanged"
     );
 }
+use crate::grade::redact::Redactor;
 use crate::grade::report::GuardFlag;
 use crate::grade::report::fixtures::{
     PROBE_SOURCE, build_failure, flaky, infra_error, not_applied, probes_reject, resolved,
@@ -192,7 +193,7 @@ fn check_infra_error() {
 
     ## Phases
 
-    - probes: infrastructure error (ours, not the PR's): `docker: image infradev/shard-adam-state:probes not found`
+    - probes: infrastructure error (ours, not the PR's); operators see the details on the grade page
     "#);
 }
 
@@ -269,17 +270,47 @@ fn title_counts_hidden_probes() {
 
 #[test]
 fn infra_check() {
-    insta::assert_snapshot!(
-        show(&infra_output("docker: cannot connect to /var/run/docker.sock\nmore")),
-        @r#"
-        title: Error: infrastructure fault, not the pull request's
-        --- summary
-        InfraDev could not grade this head because of a fault on our side. **This is not the pull request's fault** and says nothing about the change.
+    // What git said, with the grader's work directory and the internal clone URL in it.
+    let error = "cannot fetch the pull request: cannot fetch 0123 from \
+                 file:///var/lib/infradev/gh/fork/repo.git: fatal: remote error: upload-pack: \
+                 not our ref 0123 (in /var/lib/infradev/work/mirrors/o/r)";
+    let output = infra_output(GradeFault::of_error(error));
+    insta::assert_snapshot!(show(&output), @r#"
+    title: Error: infrastructure fault, not the pull request's
+    --- summary
+    InfraDev could not grade this head because of a fault on our side. **This is not the pull request's fault** and says nothing about the change.
 
-        What went wrong: `docker: cannot connect to /var/run/docker.sock`
+    What went wrong: the pull request's head could not be fetched.
 
-        Nothing is needed from the pull request. **Re-grade** on this check grades the head again.
-        "#
+    Nothing is needed from the pull request. **Re-grade** on this check grades the head again. Operators see the details on the grade page.
+    "#);
+    for internal in ["/var/lib", "file://", "fatal", "upload-pack", "0123"] {
+        assert!(!show(&output).contains(internal), "{internal}");
+    }
+}
+
+#[test]
+fn every_fault_has_a_fixed_phrase_and_is_found_by_its_prefix() {
+    for fault in [GradeFault::FetchHead, GradeFault::Task, GradeFault::Infra] {
+        let error = format!("{}: whatever git said", fault.prefix());
+        assert_eq!(GradeFault::of_error(&error), fault);
+        assert!(!fault.phrase().is_empty());
+    }
+    assert_eq!(
+        GradeFault::of_error("the runner vanished"),
+        GradeFault::NoReport
+    );
+}
+
+#[test]
+fn a_grade_of_a_task_no_longer_named_says_so() {
+    let now = task_changed_output("t1", Some("t2"));
+    assert_eq!(now.title, "Cancelled: the pull request now names task t2");
+    assert!(now.summary.contains("`t1`") && now.summary.contains("`t2`"));
+    let none = task_changed_output("t1", None);
+    assert_eq!(
+        none.title,
+        "Cancelled: the pull request no longer names a task"
     );
 }
 
@@ -559,7 +590,9 @@ fn canaries_never_leak() {
         not_applied(),
         planted,
     ];
-    let infra = infra_output("lost the runner while PROBE-SECRET-x1 was in flight");
+    let infra = infra_output(GradeFault::of_error(
+        "infrastructure error: lost the runner while PROBE-SECRET-x1 was in flight",
+    ));
     assert!(!show(&infra).contains("PROBE-SECRET-"));
     for report in &reports {
         for output in every_output(report) {

@@ -62,6 +62,11 @@ impl DockerExecutor {
         &self.image
     }
 
+    /// A guard that removes the sandboxes of run `run_id` if dropped before it is disarmed.
+    pub fn run_reaper(&self, run_id: &str) -> super::RunReaper {
+        super::RunReaper::new(self.docker.clone(), run_id)
+    }
+
     /// The official phase: one container, results over the events socket.
     pub(crate) async fn run_official(
         &self,

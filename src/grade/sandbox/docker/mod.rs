@@ -14,3 +14,4 @@ pub use env_bench::{
 };
 pub use executor::DockerExecutor;
 pub use image::{EnvImage, PipLayer, image_exists, layer_file};
+pub use reaper::{RunReaper, remove_run};

@@ -21,7 +21,9 @@
 //!   as a push and only while its head is the PR's head ([`check`]); `check_suite`
 //!   requested/rerequested grade each PR of the head that would be graded on a push.
 //! - `installation` `created` (and `unsuspend`, `new_permissions_accepted`) and
-//!   `installation_repositories` `added` resync the open PRs of the repositories.
+//!   `installation_repositories` `added` resync the open PRs of the repositories;
+//!   `installation` `deleted` (and `suspend`) and `installation_repositories` `removed`
+//!   withdraw the installation's (or the repositories') grades ([`Decision::Withdraw`]).
 //! - `workflow_run` and `workflow_job` deliveries (any action) only say that a GitHub Actions run
 //!   changed ([`Decision::RemoteRunChanged`]): the remote-grade follower reads the run's state
 //!   from GitHub and decides, so a lost or reordered delivery changes nothing but latency.
@@ -205,6 +207,13 @@ pub enum Decision {
         installation_id: u64,
         repos: Vec<String>,
     },
+    /// The App lost access: installation `installation_id` was deleted or suspended (`repos`
+    /// empty), or these repositories (full names) were removed from it. Its queued and running
+    /// grades stop, and nothing more is posted through it: GitHub refuses its tokens there.
+    Withdraw {
+        installation_id: u64,
+        repos: Vec<String>,
+    },
     /// Nothing to do, and why (for the log).
     Nothing { why: String },
 }
@@ -357,20 +366,39 @@ pub fn decide(event: &Event, settings: &Settings<'_>, known: &Known) -> Decided 
                 installation_id: *installation_id,
                 repos: repositories.clone(),
             },
+            "deleted" | "suspend" => Decision::Withdraw {
+                installation_id: *installation_id,
+                repos: Vec::new(),
+            },
             _ => Decision::nothing(format!("installation {action}: nothing to grade")),
         }),
         Event::InstallationRepositories {
             installation_id,
             added,
-            ..
-        } => Decided::only(if added.is_empty() {
-            Decision::nothing("repositories removed from the installation: nothing to grade")
-        } else {
-            Decision::Resync {
-                installation_id: *installation_id,
-                repos: added.clone(),
+            removed,
+        } => {
+            let mut decisions = Vec::new();
+            if !removed.is_empty() {
+                decisions.push(Decision::Withdraw {
+                    installation_id: *installation_id,
+                    repos: removed.clone(),
+                });
             }
-        }),
+            if !added.is_empty() {
+                decisions.push(Decision::Resync {
+                    installation_id: *installation_id,
+                    repos: added.clone(),
+                });
+            }
+            if decisions.is_empty() {
+                decisions.push(Decision::nothing("no repository added or removed"));
+            }
+            Decided {
+                pull: None,
+                decisions,
+                notes: Vec::new(),
+            }
+        }
         Event::WorkflowRun { repo, run_id, .. } | Event::WorkflowJob { repo, run_id, .. } => {
             Decided::only(Decision::RemoteRunChanged {
                 repo: repo.clone(),

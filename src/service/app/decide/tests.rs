@@ -129,6 +129,10 @@ fn summary(d: &Decision) -> String {
             installation_id,
             repos,
         } => format!("resync inst={installation_id} {repos:?}"),
+        Decision::Withdraw {
+            installation_id,
+            repos,
+        } => format!("withdraw inst={installation_id} {repos:?}"),
         Decision::Nothing { why } => format!("nothing: {why}"),
     }
 }
@@ -1238,7 +1242,7 @@ fn other_events_do_nothing() {
                 installation_id: 1,
                 repositories: vec!["o/r".into()],
             },
-            "nothing: installation deleted: nothing to grade",
+            "withdraw inst=1 []",
         ),
         (
             Event::InstallationRepositories {
@@ -1254,7 +1258,7 @@ fn other_events_do_nothing() {
                 added: vec![],
                 removed: vec!["o/r".into()],
             },
-            "nothing: repositories removed from the installation: nothing to grade",
+            r#"withdraw inst=1 ["o/r"]"#,
         ),
         (
             Event::Ignored {

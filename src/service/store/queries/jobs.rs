@@ -29,18 +29,22 @@ pub(crate) async fn enqueue_job(
     .await
     .map_err(StoreError::db("locking a pull request's jobs"))?;
 
+    // A pull request is graded for one (head, task) at a time: the grades of another head,
+    // or of a task it no longer names, are superseded.
     let rows = sqlx::query(concat!(
         "UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = $4 \
-         WHERE repo = $1 AND number = $2 AND head_sha <> $3 AND state IN ('queued', 'running') RETURNING ",
+         WHERE repo = $1 AND number = $2 AND (head_sha <> $3 OR task_id <> $5) \
+         AND state IN ('queued', 'running') RETURNING ",
         job_cols!()
     ))
     .bind(repo)
     .bind(number)
     .bind(head_sha)
     .bind(now)
+    .bind(task_id)
     .fetch_all(&mut *conn)
     .await
-    .map_err(StoreError::db("cancelling jobs of older heads"))?;
+    .map_err(StoreError::db("cancelling superseded jobs"))?;
     let mut cancelled = all(rows, job)?;
     cancelled.sort_by_key(|j| j.id);
 
@@ -274,6 +278,117 @@ pub(crate) async fn cancel_jobs_for_pull(
     let mut jobs = all(rows, job)?;
     jobs.sort_by_key(|j| j.id);
     Ok(jobs)
+}
+
+/// Cancels the active jobs of a pull request that grade another head than `head_sha`, or
+/// another task than `task_id` (all of them when `task_id` is `None`).
+pub(crate) async fn supersede_jobs(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    number: u64,
+    head_sha: &str,
+    task_id: Option<&str>,
+) -> Result<Vec<Job>> {
+    let number = to_i64(number, "pull number")?;
+    let now = micros(Utc::now());
+    let rows = match task_id {
+        Some(task_id) => {
+            sqlx::query(concat!(
+                "UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = $5 \
+                 WHERE repo = $1 AND number = $2 AND (head_sha <> $3 OR task_id <> $4) \
+                 AND state IN ('queued', 'running') RETURNING ",
+                job_cols!()
+            ))
+            .bind(repo)
+            .bind(number)
+            .bind(head_sha)
+            .bind(task_id)
+            .bind(now)
+            .fetch_all(conn)
+            .await
+        }
+        None => {
+            sqlx::query(concat!(
+                "UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = $3 \
+                 WHERE repo = $1 AND number = $2 AND state IN ('queued', 'running') RETURNING ",
+                job_cols!()
+            ))
+            .bind(repo)
+            .bind(number)
+            .bind(now)
+            .fetch_all(conn)
+            .await
+        }
+    }
+    .map_err(StoreError::db("cancelling superseded jobs"))?;
+    let mut jobs = all(rows, job)?;
+    jobs.sort_by_key(|j| j.id);
+    Ok(jobs)
+}
+
+/// Cancels every active job of an installation (`repos` empty), or of those of its
+/// repositories (full names) only.
+pub(crate) async fn cancel_jobs_for_installation(
+    conn: &mut AnyConnection,
+    _: Backend,
+    installation_id: u64,
+    repos: &[String],
+) -> Result<Vec<Job>> {
+    let installation_id = to_i64(installation_id, "installation id")?;
+    let now = micros(Utc::now());
+    let mut jobs = Vec::new();
+    if repos.is_empty() {
+        let rows = sqlx::query(concat!(
+            "UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = $2 \
+             WHERE installation_id = $1 AND state IN ('queued', 'running') RETURNING ",
+            job_cols!()
+        ))
+        .bind(installation_id)
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(StoreError::db("cancelling an installation's jobs"))?;
+        jobs = all(rows, job)?;
+    }
+    for repo in repos {
+        // GitHub's names are case-insensitive; the store keeps them as GitHub sent them.
+        let rows = sqlx::query(concat!(
+            "UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = $3 \
+             WHERE installation_id = $1 AND LOWER(repo) = LOWER($2) \
+             AND state IN ('queued', 'running') RETURNING ",
+            job_cols!()
+        ))
+        .bind(installation_id)
+        .bind(repo)
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(StoreError::db("cancelling a repository's jobs"))?;
+        jobs.extend(all(rows, job)?);
+    }
+    jobs.sort_by_key(|j| j.id);
+    Ok(jobs)
+}
+
+/// Every job of any pull request of `repo` that grades commit `head_sha`, by id.
+pub(crate) async fn jobs_for_head(
+    conn: &mut AnyConnection,
+    _: Backend,
+    repo: &str,
+    head_sha: &str,
+) -> Result<Vec<Job>> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        job_cols!(),
+        " FROM jobs WHERE repo = $1 AND head_sha = $2 ORDER BY id"
+    ))
+    .bind(repo)
+    .bind(head_sha)
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::db("reading a commit's jobs"))?;
+    all(rows, job)
 }
 
 pub(crate) async fn set_check_run_id(

@@ -181,6 +181,19 @@ pub(crate) async fn dead_outbox(
     Ok(done.rows_affected() == 1)
 }
 
+/// Every pending row, due or not, by id.
+pub(crate) async fn pending_outbox(conn: &mut AnyConnection, _: Backend) -> Result<Vec<OutboxRow>> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        outbox_cols!(),
+        " FROM outbox WHERE state = 'pending' ORDER BY id"
+    ))
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::db("reading the pending outbox"))?;
+    all(rows, outbox)
+}
+
 pub(crate) async fn pending_outbox_count(conn: &mut AnyConnection, _: Backend) -> Result<u64> {
     let row = sqlx::query("SELECT COUNT(*) AS n FROM outbox WHERE state = 'pending'")
         .fetch_one(conn)

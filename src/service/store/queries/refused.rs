@@ -5,7 +5,7 @@ use chrono::Utc;
 use sqlx::AnyConnection;
 use sqlx::any::AnyRow;
 
-use super::{all, get, get_time, get_u64, micros, to_i64};
+use super::{all, get, get_bool, get_time, get_u64, micros, to_i64};
 use crate::service::store::error::StoreError;
 use crate::service::store::model::*;
 
@@ -112,6 +112,20 @@ pub(crate) async fn set_installation(
     .await
     .map_err(StoreError::db("recording an installation"))?;
     Ok(())
+}
+
+pub(crate) async fn installation_active(
+    conn: &mut AnyConnection,
+    _: Backend,
+    installation_id: u64,
+) -> Result<Option<bool>> {
+    sqlx::query("SELECT active FROM installations WHERE installation_id = $1")
+        .bind(to_i64(installation_id, "installation id")?)
+        .fetch_optional(conn)
+        .await
+        .map_err(StoreError::db("reading an installation"))?
+        .map(|row| get_bool(&row, "active"))
+        .transpose()
 }
 
 pub(crate) async fn known_installations(conn: &mut AnyConnection, _: Backend) -> Result<Vec<u64>> {
