@@ -261,6 +261,17 @@ fn attacked(attack: impl FnOnce(&Path) -> bool) -> tempfile::TempDir {
     dir
 }
 
+/// The example task's grade of an [`attacked`] repository's head.
+fn grade_attacked(repo: &tempfile::TempDir, executor: &str) -> Graded {
+    grade(
+        &support::task_dir(),
+        &repo.path().join("repo"),
+        "HEAD",
+        executor,
+        &[],
+    )
+}
+
 /// Adds `count` entries of one blob to the index without writing them (fast for thousands).
 fn index_many(repo: &Path, blob: &str, mode: &str, paths: impl Iterator<Item = String>) {
     use std::io::Write;
@@ -330,13 +341,7 @@ fn the_canary_is_never_written_through_what_the_submission_put_at_its_name() {
         }
         true
     });
-    let g = grade(
-        &support::task_dir(),
-        &repo.path().join("repo"),
-        "HEAD",
-        "docker",
-        &[],
-    );
+    let g = grade_attacked(&repo, "docker");
     assert_eq!(
         std::fs::read_to_string(&victim).unwrap(),
         "the host's own file\n",
@@ -376,13 +381,7 @@ fn a_submodule_is_refused_as_the_submission_s_fault() {
         );
         false
     });
-    let g = grade(
-        &support::task_dir(),
-        &repo.path().join("repo"),
-        "HEAD",
-        "local",
-        &[],
-    );
+    let g = grade_attacked(&repo, "local");
     assert_refused(&g, "submodule at");
 }
 
@@ -393,13 +392,7 @@ fn the_official_tests_folder_replaced_by_a_link_is_refused() {
         std::os::unix::fs::symlink("/tmp", repo.join("tests")).unwrap();
         true
     });
-    let g = grade(
-        &support::task_dir(),
-        &repo.path().join("repo"),
-        "HEAD",
-        "local",
-        &[],
-    );
+    let g = grade_attacked(&repo, "local");
     assert_refused(&g, "replaces the folder tests");
 }
 
@@ -415,13 +408,7 @@ fn thousands_of_files_are_refused_before_any_is_written() {
         );
         false
     });
-    let g = grade(
-        &support::task_dir(),
-        &repo.path().join("repo"),
-        "HEAD",
-        "local",
-        &[],
-    );
+    let g = grade_attacked(&repo, "local");
     assert_refused(&g, "files to the task's base");
 }
 
@@ -455,12 +442,6 @@ fn a_blob_that_inflates_to_gigabytes_is_refused_before_it_is_written() {
         );
         false
     });
-    let g = grade(
-        &support::task_dir(),
-        &repo.path().join("repo"),
-        "HEAD",
-        "local",
-        &[],
-    );
+    let g = grade_attacked(&repo, "local");
     assert_refused(&g, "adds 300 MiB");
 }
