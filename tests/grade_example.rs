@@ -213,6 +213,55 @@ fn an_unknown_head_is_a_usage_error() {
     assert!(g.report.is_none());
 }
 
+/// The local executor with an interpreter that has no pytest is our fault: every test is
+/// `infra`, the verdict `error`, exit 3 (it was every official test "crashed", blamed on the
+/// submission).
+#[test]
+fn a_local_python_without_pytest_is_an_infra_error_not_the_agents() {
+    let out = tempfile::tempdir().unwrap();
+    // Debian's pytest is in dist-packages, which `-S` leaves out.
+    let python = out.path().join("python-without-pytest");
+    std::fs::write(&python, "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let json = out.path().join("r.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_infradev"))
+        .arg("--root")
+        .arg(support::root())
+        .args([
+            "grade",
+            "--task",
+            support::TASK,
+            "--head",
+            "submission/reference",
+            "--executor",
+            "local",
+            "--python",
+        ])
+        .arg(&python)
+        .arg("--json")
+        .arg(&json)
+        .arg("--repo")
+        .arg(example_repo())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    let report: infradev::grade::report::Report =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(report.grade.verdict, Verdict::Error);
+    assert!(
+        report
+            .grade
+            .tests
+            .iter()
+            .all(|t| t.category == Some(Category::Infra)),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn an_unreachable_docker_engine_is_an_infra_error_not_the_agents() {
     let out = tempfile::tempdir().unwrap();

@@ -573,7 +573,23 @@ async fn prepare_executor(
     lib: &Path,
 ) -> Result<Executor, String> {
     match choice {
-        ExecutorChoice::Local { python } => Ok(Executor::Local(LocalExecutor::new(python.clone()))),
+        ExecutorChoice::Local { python } => {
+            // Our side: an interpreter that cannot import pytest would make every official test
+            // "crashed" and blame the submission.
+            let ok = tokio::process::Command::new(python)
+                .args(["-c", "import pytest"])
+                .output()
+                .await
+                .is_ok_and(|o| o.status.success());
+            if !ok {
+                return Err(format!(
+                    "the local executor's Python ({}) cannot import pytest (apt-get install \
+                     python3-pytest, or --python another interpreter)",
+                    python.display()
+                ));
+            }
+            Ok(Executor::Local(LocalExecutor::new(python.clone())))
+        }
         ExecutorChoice::Docker { wheels } => {
             let docker = DockerExecutor::connect()
                 .await
