@@ -602,7 +602,7 @@ impl RunDisplay {
             let bar = indicatif::ProgressBar::new(pending as u64);
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
-                    "{bar:30} {pos}/{len} done · {msg} · {elapsed} elapsed, ETA {eta}",
+                    "{bar:30} {pos}/{len} done · {msg} · {elapsed} elapsed{prefix}",
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
@@ -639,6 +639,11 @@ impl RunDisplay {
         if let (Some(bar), Ok(c)) = (&self.inner.bar, self.inner.counts.lock()) {
             bar.set_position(c.0 as u64);
             bar.set_message(format!("{} running · {} queued", c.1, c.2));
+            // indicatif's own ETA says 0s before the first result: none until one is in.
+            bar.set_prefix(match c.0 {
+                0 => String::new(),
+                _ => format!(", ETA {}", indicatif::HumanDuration(bar.eta())),
+            });
         }
     }
 
