@@ -3,6 +3,7 @@
 //! cluster (Debian's packages, in containers). The server is the real service on SQLite or
 //! PostgreSQL; the runner or node runs the real `infradev job run`.
 
+#[macro_use]
 mod support;
 
 use std::process::Command;
@@ -13,13 +14,6 @@ use support::fake_github::FakeWorkflowRun;
 use support::payloads::{self, Author};
 use support::scale_out::{GRADER, GRADER_INSTALLATION, route_to_actions};
 use support::story::*;
-
-macro_rules! stories {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Sqlite).await } )* }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Postgres).await } )* }
-    };
-}
 
 stories!(
     a_dispatched_grade_is_run_by_the_runner_and_reported_once,

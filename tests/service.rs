@@ -2,6 +2,7 @@
 //! (SQLite and PostgreSQL), real git and real Docker; only github.com is faked, and the fake
 //! checks every request against GitHub's OpenAPI description.
 
+#[macro_use]
 mod support;
 
 use std::time::Duration;
@@ -9,13 +10,6 @@ use std::time::Duration;
 use support::fake_github::{Failure, FakePull, HeadRepo};
 use support::payloads::{self, Author, FORK_OWNER, REPO};
 use support::story::*;
-
-macro_rules! stories {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Sqlite).await } )* }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Postgres).await } )* }
-    };
-}
 
 stories!(
     an_agent_pr_is_graded_and_reported,

@@ -7,6 +7,7 @@
 //! redelivered hours later), a delivery we refuse, and PRs opened while nobody listened. As on
 //! github.com, the fake's PR changes first and the webhook follows.
 
+#[macro_use]
 mod support;
 
 use std::time::Duration;
@@ -15,13 +16,6 @@ use serde_json::json;
 use support::fake_github::{FakePull, HeadRepo, NewDelivery};
 use support::payloads::{self, Author, FORK_OWNER, OWNER, REPO};
 use support::story::*;
-
-macro_rules! stories {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Sqlite).await } )* }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Postgres).await } )* }
-    };
-}
 
 stories!(
     draft_label_and_edit_changes_are_stored_and_obeyed,

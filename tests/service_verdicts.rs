@@ -10,6 +10,7 @@
 //! what is posted says nothing about the grader's internals. And GitHub's rate limits are
 //! waited out as GitHub asks, without holding other pull requests back.
 
+#[macro_use]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -20,13 +21,6 @@ use serde_json::json;
 use support::fake_github::{Failure, FakePull};
 use support::payloads::{self, Author, OWNER, REPO};
 use support::story::*;
-
-macro_rules! stories {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Sqlite).await } )* }
-        mod postgres { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Postgres).await } )* }
-    };
-}
 
 stories!(
     a_human_pr_never_hides_the_grade_of_its_commit,

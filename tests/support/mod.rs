@@ -8,6 +8,16 @@ use std::sync::OnceLock;
 
 use infradev::grade::report::Report;
 
+/// `stories!(a, b)`: each story `async fn a(backend: Backend)` as two tests, `sqlite::a` and
+/// `postgres::a` (the store is tested for real on both). Unused by the binaries without stories.
+#[allow(unused_macros)]
+macro_rules! stories {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Sqlite).await } )* }
+        mod postgres { $(#[tokio::test(flavor = "multi_thread")] async fn $name() { super::$name(super::Backend::Postgres).await } )* }
+    };
+}
+
 pub mod fake_github;
 pub mod payloads;
 pub mod redteam;
