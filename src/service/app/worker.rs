@@ -125,6 +125,17 @@ impl Worker {
                 }
             }
         };
+        // A job cancelled while its grade ran (a push, the PR closed, the App removed) is not
+        // posted, and nothing is asked of GitHub for it (a removed installation's token is dead).
+        if !self
+            .store
+            .renew_lease(job.id, &self.owner, self.lease)
+            .await
+            .unwrap_or(false)
+        {
+            tracing::info!("job cancelled while it graded: not posted");
+            return Ok(true);
+        }
         // The grade is posted only while it is still the pull request's: a push that happened
         // while it ran (and that the processor has not heard of yet) supersedes it.
         if let Ok(Some(head)) = self.head_moved(&job).await {
