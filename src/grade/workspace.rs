@@ -29,14 +29,6 @@ pub struct Workspace {
 pub struct ApplyError(pub String);
 
 impl Workspace {
-    /// Clones `source` into a new private directory and checks out `rev` detached.
-    /// Fails (as a usage error) when `rev` does not name a commit in `source`.
-    pub fn materialize(source: &Path, rev: &str) -> anyhow::Result<Workspace> {
-        let ws = Workspace::clone_of(source, rev)?;
-        ws.checkout()?;
-        Ok(ws)
-    }
-
     /// Clones `source` into a new private directory without writing any of `rev`'s tree:
     /// [`Workspace::tree`] can judge it from git's objects before [`Workspace::checkout`].
     pub fn clone_of(source: &Path, rev: &str) -> anyhow::Result<Workspace> {
